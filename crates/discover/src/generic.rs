@@ -1,0 +1,90 @@
+//! The generic PCI plugin: any display, co-processor or processing-accelerator function that no
+//! vendor plugin claimed becomes an accelerator, with its SKU looked up in the registry.
+
+use accel_model::{vendor_name, Accelerator, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
+
+use crate::{Host, Isolation, Report, Vendor};
+
+/// Reports PCI functions of class 0x0300/0x0302/0x0380 (display), 0x0b40 (co-processor) and
+/// 0x12xx (processing accelerator).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GenericPci;
+
+/// Vendors whose VGA functions are server management or emulated displays, never compute:
+/// ASPEED and Nuvoton BMCs, Matrox G200e, Cirrus Logic and Bochs/QEMU, Red Hat virtio-gpu,
+/// VMware SVGA, Microsoft Hyper-V. Unless the registry knows the device, these are not reported.
+const DISPLAY_ONLY_VENDORS: &[u16] = &[0x1a03, 0x1050, 0x102b, 0x1013, 0x1234, 0x1b36, 0x15ad, 0x1414];
+
+/// Whether a PCI class is one the generic plugin treats as an accelerator.
+pub fn is_accelerator_class(class: PciClass) -> bool {
+    matches!(class.base_sub(), 0x0300 | 0x0302 | 0x0380 | 0x0b40) || class.base() == 0x12
+}
+
+impl Vendor for GenericPci {
+    fn id(&self) -> &'static str {
+        "generic-pci"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let mut report = Report::default();
+        let claimed: Vec<_> = platform.accelerators.iter().filter_map(|a| a.pci).collect();
+        for node in &platform.pci {
+            let (Some(addr), Some(class)) = (node.address, node.class) else { continue };
+            if node.kind != PciNodeKind::Endpoint || !is_accelerator_class(class) || claimed.contains(&addr) {
+                continue;
+            }
+            if let Some(acc) = accelerator(host, node, &mut report.warnings) {
+                report.accelerators.push(acc);
+            }
+        }
+        report
+    }
+
+    fn isolate(&self, _devices: &[&Accelerator]) -> Isolation {
+        // Devices found only by PCI class have no standard visibility variable.
+        Isolation::default()
+    }
+}
+
+fn accelerator(host: &Host, node: &PciNode, warnings: &mut Vec<Warning>) -> Option<Accelerator> {
+    let addr = node.address?;
+    let vendor = node.vendor.unwrap_or(PciId(0));
+    let device = node.device.unwrap_or(PciId(0));
+    let subsystem = node.subsystem_vendor.zip(node.subsystem_device);
+    let sku = host.skus().lookup(vendor, device, subsystem);
+    let is_vga = node.class.is_some_and(|c| c.base_sub() == 0x0300);
+    if sku.is_none() && is_vga && DISPLAY_ONLY_VENDORS.contains(&vendor.0) {
+        return None;
+    }
+    let vendor_id = sku.map(|s| s.vendor.clone()).unwrap_or_else(|| vendor_name(vendor));
+    if sku.is_none() {
+        warnings.push(Warning {
+            source: "generic-pci".into(),
+            path: Some(format!("/sys/bus/pci/devices/{addr}")),
+            message: format!(
+                "unknown accelerator {vendor}:{device} (subsystem {}, class {:?}); add it to the SKU registry",
+                subsystem.map_or_else(|| "unknown".to_owned(), |(v, d)| format!("{v}:{d}")),
+                node.class?,
+            ),
+        });
+    }
+    Some(Accelerator {
+        id: format!("{vendor_id}-{addr}"),
+        index: 0,
+        vendor: vendor_id,
+        plugin: "generic-pci".into(),
+        sku: sku.map(|s| s.id.clone()),
+        product: sku.map_or_else(|| format!("unknown device {vendor}:{device}"), |s| s.product.clone()),
+        family: sku.map(|s| s.family.clone()),
+        architecture: sku.and_then(|s| s.architecture.clone()),
+        pci: Some(addr),
+        pci_vendor: node.vendor,
+        pci_device: node.device,
+        numa_node: node.numa_node,
+        memory_bytes: sku.and_then(|s| s.memory_bytes),
+        memory_numa_node: None,
+        uuid: None,
+        serial: None,
+        partition: None,
+    })
+}

@@ -1,0 +1,58 @@
+//! Host discovery for accel: reads a Linux root (live `/` or a captured tree) through one
+//! explicit [`Host`] context and fills an [`accel_model::Machine`].
+//!
+//! The host layer ([`linux`]) reads NUMA, the PCI tree, NICs and DMI; vendor plugins
+//! ([`Vendor`]) then add accelerators, links and domains. Broken input becomes a warning in the
+//! machine's report, never a panic.
+
+mod generic;
+mod host;
+pub mod linux;
+mod plugin;
+mod skufiles;
+
+pub use generic::GenericPci;
+pub use host::Host;
+pub use plugin::{default_plugins, Isolation, Report, Vendor};
+pub use skufiles::{load_registry, SkuLoadError};
+
+use accel_model::Machine;
+
+/// Discovers one machine: the host layer first, then each plugin in order.
+/// A plugin sees what the host layer and earlier plugins found, and never re-reports a PCI
+/// function an earlier plugin claimed.
+pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
+    let mut machine = linux::read_platform(host);
+    for plugin in plugins {
+        let report = plugin.discover(host, &machine);
+        machine.accelerators.extend(report.accelerators);
+        machine.links.extend(report.links);
+        machine.domains.extend(report.domains);
+        machine.warnings.extend(report.warnings);
+    }
+    assign_indices(&mut machine);
+    machine
+}
+
+/// Orders accelerators by vendor and PCI address (partitions by their index) and numbers them
+/// within each vendor, the order `CUDA_DEVICE_ORDER=PCI_BUS_ID` and its kin use.
+fn assign_indices(machine: &mut Machine) {
+    machine.accelerators.sort_by(|a, b| {
+        let key = |x: &accel_model::Accelerator| {
+            (x.vendor.clone(), x.pci, x.partition.as_ref().map(|p| p.index), x.id.clone())
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut counters = std::collections::HashMap::<String, u32>::new();
+    for acc in &mut machine.accelerators {
+        let n = counters.entry(acc.vendor.clone()).or_default();
+        acc.index = *n;
+        *n += 1;
+    }
+    for link in &mut machine.links {
+        if link.a > link.b {
+            std::mem::swap(&mut link.a, &mut link.b);
+        }
+    }
+    machine.links.sort_by(|x, y| (&x.a, &x.b, x.kind).cmp(&(&y.a, &y.b, y.kind)));
+}

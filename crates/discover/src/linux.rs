@@ -1,0 +1,372 @@
+//! The host layer: CPUs and NUMA, the PCI tree from the sysfs symlink chain, NICs and DMI.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use accel_model::{
+    CpuSet, HostInfo, Machine, Nic, NumaNode, PciAddr, PciClass, PciId, PciLink, PciNode, PciNodeKind, Warning,
+};
+
+use crate::Host;
+
+/// Reads everything but accelerators: host identity, NUMA nodes, the PCI tree and NICs.
+pub fn read_platform(host: &Host) -> Machine {
+    let mut warnings = Vec::new();
+    let info = read_host_info(host, &mut warnings);
+    let mut machine = Machine::new(info);
+    machine.numa_nodes = read_numa(host, &mut warnings);
+    machine.pci = read_pci(host, &machine.numa_nodes, &mut warnings);
+    machine.nics = read_nics(host, &machine.pci, &mut warnings);
+    machine.warnings = warnings;
+    machine
+}
+
+fn read_host_info(host: &Host, warnings: &mut Vec<Warning>) -> HostInfo {
+    let dmi = |name: &str, warnings: &mut Vec<Warning>| {
+        host.read_attr(&host.path(&format!("/sys/class/dmi/id/{name}")), "dmi", warnings)
+            .filter(|v| !v.is_empty())
+    };
+    HostInfo {
+        hostname: host.read_attr(&host.path("/proc/sys/kernel/hostname"), "host", warnings).filter(|v| !v.is_empty()),
+        product_name: dmi("product_name", warnings),
+        sys_vendor: dmi("sys_vendor", warnings),
+    }
+}
+
+/// NUMA nodes from `/sys/devices/system/node/node<N>`. A kernel without NUMA gets one node
+/// holding every online CPU.
+pub fn read_numa(host: &Host, warnings: &mut Vec<Warning>) -> Vec<NumaNode> {
+    const SRC: &str = "numa";
+    let dir = host.path("/sys/devices/system/node");
+    let mut ids: Vec<u32> = host
+        .list_dir(&dir, SRC, warnings)
+        .iter()
+        .filter_map(|n| n.strip_prefix("node")?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    let mut nodes = Vec::new();
+    for &id in &ids {
+        let node_dir = dir.join(format!("node{id}"));
+        let cpus = host
+            .parse_attr(&node_dir.join("cpulist"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
+            .unwrap_or_default();
+        let memory_bytes = host.parse_attr(&node_dir.join("meminfo"), SRC, warnings, parse_meminfo_total);
+        let distances = host
+            .parse_attr(&node_dir.join("distance"), SRC, warnings, |t| {
+                t.split_whitespace().map(|v| v.parse::<u32>().ok()).collect::<Option<Vec<u32>>>()
+            })
+            .map(|values| {
+                if values.len() != ids.len() {
+                    warnings.push(host.warning(
+                        SRC,
+                        &node_dir.join("distance"),
+                        format!("{} distances for {} nodes; ignored", values.len(), ids.len()),
+                    ));
+                    return BTreeMap::new();
+                }
+                ids.iter().copied().zip(values).collect()
+            })
+            .unwrap_or_default();
+        nodes.push(NumaNode { id, cpus, memory_bytes, distances });
+    }
+    if nodes.is_empty() {
+        let cpus = host
+            .parse_attr(&host.path("/sys/devices/system/cpu/online"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
+            .unwrap_or_default();
+        let memory_bytes = host.parse_attr(&host.path("/proc/meminfo"), SRC, warnings, parse_meminfo_total);
+        nodes.push(NumaNode { id: 0, cpus, memory_bytes, distances: BTreeMap::new() });
+    }
+    nodes
+}
+
+/// `MemTotal` in bytes from a meminfo file (`Node 0 MemTotal: 47925628 kB` or `MemTotal: ... kB`).
+pub fn parse_meminfo_total(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.contains("MemTotal:"))?;
+    let rest = line.split("MemTotal:").nth(1)?;
+    let mut parts = rest.split_whitespace();
+    let value: u64 = parts.next()?.parse().ok()?;
+    match parts.next() {
+        Some("kB") | None => value.checked_mul(1024),
+        _ => None,
+    }
+}
+
+/// Where a PCI function sits: the host bridge and the BDF directories from the root port down.
+#[derive(Debug)]
+struct PciPath {
+    host_bridge: String,
+    /// `(id, directory)` for each function on the way, the device itself last.
+    chain: Vec<(String, PathBuf)>,
+}
+
+/// The PCI tree, parents before children and siblings in address order.
+pub fn read_pci(host: &Host, numa: &[NumaNode], warnings: &mut Vec<Warning>) -> Vec<PciNode> {
+    const SRC: &str = "pci";
+    let bus_dir = host.path("/sys/bus/pci/devices");
+    let mut nodes: BTreeMap<String, PciNode> = BTreeMap::new();
+    let mut dirs: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for name in host.list_dir(&bus_dir, SRC, warnings) {
+        let entry = bus_dir.join(&name);
+        let Ok(addr) = name.parse::<PciAddr>() else {
+            warnings.push(host.warning(SRC, &entry, "not a PCI address; skipped".into()));
+            continue;
+        };
+        let path = match host.resolve_link(&entry) {
+            Some(target) => pci_path(host, &target, addr),
+            // Captures (and some containers) hold plain directories: the tree is unknown, so each
+            // function hangs off the host bridge of its own root bus, as hwloc does.
+            None => PciPath { host_bridge: addr.root_bus_name(), chain: vec![(name.clone(), entry.clone())] },
+        };
+        nodes.entry(path.host_bridge.clone()).or_insert_with(|| {
+            PciNode::new(path.host_bridge.clone(), PciNodeKind::HostBridge, None)
+        });
+        let mut parent = path.host_bridge.clone();
+        for (id, dir) in path.chain {
+            if !nodes.contains_key(&id) {
+                nodes.insert(id.clone(), PciNode::new(id.clone(), PciNodeKind::Endpoint, Some(parent.clone())));
+                dirs.insert(id.clone(), dir);
+            }
+            parent = id;
+        }
+    }
+    for (id, dir) in &dirs {
+        let node = nodes.get_mut(id).expect("every dir has a node");
+        read_pci_attrs(host, dir, node, numa, warnings);
+    }
+    // A function with children is a bridge whatever its class file says (or lacks).
+    let parents: BTreeSet<String> = nodes.values().filter_map(|n| n.parent.clone()).collect();
+    for node in nodes.values_mut() {
+        if node.kind == PciNodeKind::Endpoint && (parents.contains(&node.id) || node.class.is_some_and(PciClass::is_bridge)) {
+            node.kind = PciNodeKind::Bridge;
+        }
+    }
+    order_tree(nodes)
+}
+
+/// Splits a resolved `/sys/devices/...` path into the host bridge and the BDF chain.
+fn pci_path(host: &Host, target: &Path, addr: PciAddr) -> PciPath {
+    let mut host_bridge = None;
+    let mut chain = Vec::new();
+    let mut dir = PathBuf::new();
+    for component in target.components() {
+        dir.push(component);
+        let Some(part) = component.as_os_str().to_str() else { continue };
+        if let Ok(a) = part.parse::<PciAddr>() {
+            if part.len() >= 12 {
+                chain.push((a.to_string(), dir.clone()));
+                continue;
+            }
+        }
+        if chain.is_empty() && is_host_bridge_name(part) {
+            host_bridge = Some(part.to_owned());
+        }
+    }
+    if chain.is_empty() {
+        chain.push((addr.to_string(), host.path(&format!("/sys/bus/pci/devices/{addr}"))));
+    }
+    PciPath { host_bridge: host_bridge.unwrap_or_else(|| addr.root_bus_name()), chain }
+}
+
+fn is_host_bridge_name(part: &str) -> bool {
+    part.strip_prefix("pci")
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(d, b)| {
+            !d.is_empty() && d.len() <= 8 && b.len() == 2 && u32::from_str_radix(d, 16).is_ok() && u8::from_str_radix(b, 16).is_ok()
+        })
+}
+
+fn read_pci_attrs(host: &Host, dir: &Path, node: &mut PciNode, numa: &[NumaNode], warnings: &mut Vec<Warning>) {
+    const SRC: &str = "pci";
+    let id = |name: &str, w: &mut Vec<Warning>| host.parse_attr(&dir.join(name), SRC, w, PciId::parse);
+    node.vendor = id("vendor", warnings);
+    node.device = id("device", warnings);
+    node.subsystem_vendor = id("subsystem_vendor", warnings);
+    node.subsystem_device = id("subsystem_device", warnings);
+    node.class = host.parse_attr(&dir.join("class"), SRC, warnings, PciClass::parse);
+    node.link = read_link(host, dir, "current", warnings);
+    node.max_link = read_link(host, dir, "max", warnings);
+    node.driver = host
+        .resolve_link(&dir.join("driver"))
+        .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
+    node.local_cpus = host
+        .parse_attr(&dir.join("local_cpulist"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
+        .or_else(|| host.parse_attr(&dir.join("local_cpus"), SRC, warnings, |t| CpuSet::parse_mask(t).ok()));
+    let declared = host.parse_attr(&dir.join("numa_node"), SRC, warnings, |t| t.parse::<i64>().ok());
+    node.numa_node = locality(declared, node.local_cpus.as_ref(), numa);
+    if let Some(n) = declared.filter(|&n| n >= 0) {
+        if node.numa_node != Some(n as u32) {
+            warnings.push(host.warning(SRC, &dir.join("numa_node"), format!("names node {n}, which does not exist")));
+        }
+    }
+}
+
+/// The NUMA node of a PCI function: the kernel's `numa_node` when it names a real node; else
+/// the one node whose CPUs `local_cpus` covers (what hwloc uses); else the only node; else unknown.
+fn locality(declared: Option<i64>, local_cpus: Option<&CpuSet>, numa: &[NumaNode]) -> Option<u32> {
+    if let Some(n) = declared.filter(|&n| n >= 0).and_then(|n| u32::try_from(n).ok()) {
+        if numa.iter().any(|node| node.id == n) {
+            return Some(n);
+        }
+    }
+    if let Some(cpus) = local_cpus.filter(|c| !c.is_empty()) {
+        let touched: Vec<u32> = numa.iter().filter(|n| n.cpus.intersects(cpus)).map(|n| n.id).collect();
+        if let [only] = touched.as_slice() {
+            return Some(*only);
+        }
+        return None;
+    }
+    match numa {
+        [only] => Some(only.id),
+        _ => None,
+    }
+}
+
+fn read_link(host: &Host, dir: &Path, which: &str, warnings: &mut Vec<Warning>) -> Option<PciLink> {
+    let speed = host.read_attr(&dir.join(format!("{which}_link_speed")), "pci", warnings)?;
+    let gts = PciLink::parse_speed(&speed)?;
+    let width = host.parse_attr(&dir.join(format!("{which}_link_width")), "pci", warnings, |t| t.parse::<u32>().ok())?;
+    (width > 0).then_some(PciLink { gts, width })
+}
+
+fn order_tree(mut nodes: BTreeMap<String, PciNode>) -> Vec<PciNode> {
+    let mut children: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
+    for node in nodes.values() {
+        children.entry(node.parent.clone()).or_default().push(node.id.clone());
+    }
+    for list in children.values_mut() {
+        list.sort_by_key(|id| (id.parse::<PciAddr>().ok(), id.clone()));
+    }
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut stack: Vec<String> = children.get(&None).cloned().unwrap_or_default();
+    stack.reverse();
+    while let Some(id) = stack.pop() {
+        if let Some(kids) = children.get(&Some(id.clone())) {
+            stack.extend(kids.iter().rev().cloned());
+        }
+        if let Some(node) = nodes.remove(&id) {
+            out.push(node);
+        }
+    }
+    out
+}
+
+/// NICs: PCI network functions, with their netdev and RDMA device names where bound.
+pub fn read_nics(host: &Host, pci: &[PciNode], warnings: &mut Vec<Warning>) -> Vec<Nic> {
+    const SRC: &str = "nic";
+    #[derive(Default)]
+    struct Found {
+        netdev: Option<String>,
+        rdma: Option<String>,
+        speed_mbps: Option<u64>,
+    }
+    let mut found: BTreeMap<PciAddr, Found> = BTreeMap::new();
+    let net_dir = host.path("/sys/class/net");
+    for name in host.list_dir(&net_dir, SRC, warnings) {
+        let entry = net_dir.join(&name);
+        let Some(addr) = host.resolve_link(&entry).and_then(|p| last_pci_addr(&p)) else { continue };
+        let speed = host
+            .read_attr(&entry.join("speed"), SRC, warnings)
+            .and_then(|t| t.parse::<i64>().ok())
+            .filter(|&s| s > 0)
+            .map(|s| s as u64);
+        let slot = found.entry(addr).or_default();
+        if slot.netdev.is_none() {
+            slot.netdev = Some(name);
+            slot.speed_mbps = slot.speed_mbps.or(speed);
+        }
+    }
+    let ib_dir = host.path("/sys/class/infiniband");
+    for name in host.list_dir(&ib_dir, SRC, warnings) {
+        let entry = ib_dir.join(&name);
+        let resolved = host.resolve_link(&entry.join("device")).or_else(|| host.resolve_link(&entry));
+        let Some(addr) = resolved.and_then(|p| last_pci_addr(&p)) else { continue };
+        let rate = host.parse_attr(&entry.join("ports/1/rate"), SRC, warnings, parse_ib_rate);
+        let slot = found.entry(addr).or_default();
+        if slot.rdma.is_none() {
+            slot.rdma = Some(name);
+            slot.speed_mbps = rate.or(slot.speed_mbps);
+        }
+    }
+    for node in pci {
+        if let (Some(addr), Some(class)) = (node.address, node.class) {
+            if class.is_network() && node.kind == PciNodeKind::Endpoint {
+                found.entry(addr).or_default();
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(addr, f)| {
+            let node = pci.iter().find(|n| n.address == Some(addr));
+            let ib = node.and_then(|n| n.class).is_some_and(PciClass::is_infiniband);
+            Nic {
+                name: f.rdma.clone().or_else(|| f.netdev.clone()).unwrap_or_else(|| addr.to_string()),
+                rdma: f.rdma.is_some() || ib,
+                netdev: f.netdev,
+                rdma_device: f.rdma,
+                pci: Some(addr),
+                speed_mbps: f.speed_mbps,
+                numa_node: node.and_then(|n| n.numa_node),
+            }
+        })
+        .collect()
+}
+
+/// The last PCI address in a resolved sysfs path (the function a class device hangs off).
+fn last_pci_addr(path: &Path) -> Option<PciAddr> {
+    path.components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .filter(|s| s.len() >= 12)
+        .filter_map(|s| s.parse::<PciAddr>().ok())
+        .last()
+}
+
+/// `100 Gb/sec (4X EDR)` → 100000 Mb/s.
+pub fn parse_ib_rate(text: &str) -> Option<u64> {
+    let mut parts = text.split_whitespace();
+    let value: f64 = parts.next()?.parse().ok()?;
+    if !(value.is_finite() && value > 0.0 && value < 1e6) || parts.next()? != "Gb/sec" {
+        return None;
+    }
+    Some((value * 1000.0).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn small_parsers() {
+        assert_eq!(parse_meminfo_total("Node 0 MemTotal:       47925628 kB\nNode 0 MemFree: 1 kB"), Some(47925628 * 1024));
+        assert_eq!(parse_meminfo_total("MemTotal: x kB"), None);
+        assert_eq!(parse_ib_rate("100 Gb/sec (4X EDR)"), Some(100_000));
+        assert_eq!(parse_ib_rate("2.5 Gb/sec (1X SDR)"), Some(2_500));
+        assert_eq!(parse_ib_rate("fast"), None);
+        assert!(is_host_bridge_name("pci0000:17"));
+        assert!(is_host_bridge_name("pci10000:00"));
+        assert!(!is_host_bridge_name("pci_bus"));
+    }
+
+    #[test]
+    fn locality_rules() {
+        let node = |id, cpus: &str| NumaNode { id, cpus: CpuSet::parse_list(cpus).unwrap(), memory_bytes: None, distances: BTreeMap::new() };
+        let numa = vec![node(0, "0-7"), node(1, "8-15")];
+        let cpus = |s: &str| CpuSet::parse_list(s).unwrap();
+        assert_eq!(locality(Some(1), None, &numa), Some(1));
+        assert_eq!(locality(Some(-1), Some(&cpus("8-15")), &numa), Some(1));
+        assert_eq!(locality(Some(-1), Some(&cpus("0-15")), &numa), None);
+        assert_eq!(locality(Some(7), None, &numa), None);
+        assert_eq!(locality(Some(-1), None, &numa[..1]), Some(0));
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(text in ".{0,60}") {
+            let _ = parse_meminfo_total(&text);
+            let _ = parse_ib_rate(&text);
+            let _ = is_host_bridge_name(&text);
+            let _ = last_pci_addr(Path::new(&text));
+        }
+    }
+}

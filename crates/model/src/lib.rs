@@ -1,0 +1,19 @@
+//! The vendor-neutral hardware model of accel: machines, the path classifier and the SKU registry.
+//!
+//! This crate is data and pure functions only. It never reads a file, a socket or the environment:
+//! discovery (in `accel-discover`) fills a [`Machine`], and everything above consumes one.
+
+mod cpuset;
+mod machine;
+mod path;
+mod pci;
+mod sku;
+
+pub use cpuset::{CpuSet, CpuSetError};
+pub use machine::{
+    Accelerator, Domain, DomainKind, HostInfo, Link, LinkKind, Machine, Nic, NumaNode, Partition,
+    PciNode, PciNodeKind, Warning, SCHEMA_VERSION,
+};
+pub use path::{Endpoint, PathClass, PathClassifier};
+pub use pci::{PciAddr, PciAddrError, PciClass, PciId, PciLink};
+pub use sku::{vendor_name, PciMatch, ScaleUp, Sku, SkuError, SkuRegistry};

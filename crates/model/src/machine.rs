@@ -1,0 +1,325 @@
+//! The machine description: NUMA nodes, the PCI tree, accelerators, NICs, scale-up links and domains.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{CpuSet, PciAddr, PciClass, PciId, PciLink};
+
+/// Version of the JSON shape of [`Machine`]; bumped on any incompatible change (see docs/schema.md).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One node, as discovery saw it. Partial by design: what could not be read is absent,
+/// and why is in `warnings`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub schema_version: u32,
+    pub host: HostInfo,
+    pub numa_nodes: Vec<NumaNode>,
+    /// Host bridges, bridges and endpoints, parents before children.
+    pub pci: Vec<PciNode>,
+    pub accelerators: Vec<Accelerator>,
+    pub nics: Vec<Nic>,
+    pub links: Vec<Link>,
+    pub domains: Vec<Domain>,
+    pub warnings: Vec<Warning>,
+}
+
+impl Machine {
+    pub fn new(host: HostInfo) -> Machine {
+        Machine {
+            schema_version: SCHEMA_VERSION,
+            host,
+            numa_nodes: Vec::new(),
+            pci: Vec::new(),
+            accelerators: Vec::new(),
+            nics: Vec::new(),
+            links: Vec::new(),
+            domains: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn pci_node(&self, id: &str) -> Option<&PciNode> {
+        self.pci.iter().find(|n| n.id == id)
+    }
+
+    pub fn pci_device(&self, addr: PciAddr) -> Option<&PciNode> {
+        self.pci.iter().find(|n| n.address == Some(addr))
+    }
+
+    pub fn numa_node(&self, id: u32) -> Option<&NumaNode> {
+        self.numa_nodes.iter().find(|n| n.id == id)
+    }
+
+    pub fn accelerator(&self, id: &str) -> Option<&Accelerator> {
+        self.accelerators.iter().find(|a| a.id == id)
+    }
+
+    pub fn warn(&mut self, source: &str, path: Option<String>, message: impl Into<String>) {
+        self.warnings.push(Warning { source: source.to_owned(), path, message: message.into() });
+    }
+}
+
+/// What identifies the host itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostInfo {
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hostname: Option<String>,
+    /// DMI `product_name`: `DGXH100`, `p5en.48xlarge`, `NVIDIA_DGX_Spark`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub product_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sys_vendor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaNode {
+    pub id: u32,
+    /// Empty for memory-only nodes (GPU HBM on POWER9 and Grace, CXL memory).
+    pub cpus: CpuSet,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory_bytes: Option<u64>,
+    /// SLIT distances to each node by id (10 = local).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub distances: BTreeMap<u32, u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PciNodeKind {
+    /// A root complex's host bridge (`pci0000:17`); it has no PCI address of its own in sysfs.
+    HostBridge,
+    /// A PCI-to-PCI bridge: a root port or a switch port.
+    Bridge,
+    Endpoint,
+}
+
+/// One node of the PCI tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PciNode {
+    /// The sysfs name: `pci0000:17` for a host bridge, the address otherwise.
+    pub id: String,
+    pub kind: PciNodeKind,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub address: Option<PciAddr>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vendor: Option<PciId>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub device: Option<PciId>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub subsystem_vendor: Option<PciId>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub subsystem_device: Option<PciId>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub class: Option<PciClass>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub link: Option<PciLink>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub max_link: Option<PciLink>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub driver: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub numa_node: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub local_cpus: Option<CpuSet>,
+}
+
+impl PciNode {
+    pub fn new(id: String, kind: PciNodeKind, parent: Option<String>) -> PciNode {
+        PciNode {
+            address: id.parse().ok(),
+            id,
+            kind,
+            parent,
+            vendor: None,
+            device: None,
+            subsystem_vendor: None,
+            subsystem_device: None,
+            class: None,
+            link: None,
+            max_link: None,
+            driver: None,
+            numa_node: None,
+            local_cpus: None,
+        }
+    }
+}
+
+/// A device that runs user compute: a GPU, TPU, NeuronDevice, Gaudi, LPU or a partition of one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Accelerator {
+    /// Stable id: `<vendor>-<pci address>` where the device is on PCI, else `<vendor>-<uuid or index>`.
+    pub id: String,
+    /// Ordinal among this vendor's devices on the node, in PCI bus order: the number that
+    /// visibility variables such as `CUDA_VISIBLE_DEVICES` take.
+    pub index: u32,
+    /// Lowercase vendor id (`nvidia`, `amd`, `google`, `aws`, `intel`, `groq`, or `pci-<id>`).
+    pub vendor: String,
+    /// The discovery plugin that reported it.
+    pub plugin: String,
+    /// Registry id of the SKU, when the device was recognised.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sku: Option<String>,
+    pub product: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub family: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub architecture: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pci: Option<PciAddr>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pci_vendor: Option<PciId>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pci_device: Option<PciId>,
+    /// The NUMA node whose CPUs are closest (not a memory-only node).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub numa_node: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory_bytes: Option<u64>,
+    /// A CPU-less NUMA node that exposes this device's memory (Grace, POWER9).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory_numa_node: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub uuid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub serial: Option<String>,
+    /// Set when this is one partition of a physical device (AMD CPX/DPX, MIG).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub partition: Option<Partition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    /// Id shared by every partition of the same physical device.
+    pub physical_id: String,
+    pub index: u32,
+    /// Vendor mode name: `CPX`, `DPX`, `MIG 1g.10gb`.
+    pub mode: String,
+}
+
+/// A network interface on PCI: a netdev, an RDMA device, or both on one function.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Nic {
+    /// What tools call it: the RDMA device (`mlx5_0`), else the netdev, else the PCI address.
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub netdev: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rdma_device: Option<String>,
+    /// True when the NIC can do RDMA (an RDMA device exists, or it is an InfiniBand controller).
+    pub rdma: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pci: Option<PciAddr>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub speed_mbps: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub numa_node: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    /// Direct NVLink between two GPUs.
+    Nvlink,
+    /// NVLink through NVSwitch chips (HGX, NVL72).
+    Nvswitch,
+    /// AMD Infinity Fabric (xGMI).
+    Xgmi,
+    /// Google TPU inter-chip interconnect.
+    Ici,
+    /// AWS NeuronLink.
+    Neuronlink,
+    /// Scale-up RoCE ports integrated in the device (Intel Gaudi).
+    Roce,
+    /// Chip-to-chip coherent link (NVLink-C2C, or two dies of one package).
+    C2c,
+    /// Intel Xe Link.
+    Xelink,
+    /// Groq chip-to-chip.
+    GroqC2c,
+}
+
+impl LinkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkKind::Nvlink => "nvlink",
+            LinkKind::Nvswitch => "nvswitch",
+            LinkKind::Xgmi => "xgmi",
+            LinkKind::Ici => "ici",
+            LinkKind::Neuronlink => "neuronlink",
+            LinkKind::Roce => "roce",
+            LinkKind::C2c => "c2c",
+            LinkKind::Xelink => "xelink",
+            LinkKind::GroqC2c => "groq_c2c",
+        }
+    }
+}
+
+impl fmt::Display for LinkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A scale-up link between two accelerators (undirected; `a` < `b`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    pub a: String,
+    pub b: String,
+    pub kind: LinkKind,
+    /// Number of bonded links (the `#` of `NV#`).
+    pub count: u32,
+    /// Bandwidth between the pair in GB/s, both directions together, where known.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub gbps: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DomainKind {
+    Zone,
+    Region,
+    Rack,
+    Block,
+    /// A set of GPUs sharing one NVLink fabric (NVL72): cluster UUID plus clique id.
+    NvlinkClique,
+    /// A TPU slice (pod slice) this host belongs to.
+    TpuSlice,
+    /// A cloud placement or network-node set (EC2 instance topology).
+    NetworkNode,
+}
+
+/// A grouping above (or across) the node, with where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Domain {
+    pub kind: DomainKind,
+    pub name: String,
+    /// Provenance: `k8s-label:topology.kubernetes.io/zone`, `gce-metadata`, `nvml-fabric`...
+    pub source: String,
+    /// The accelerators in it; empty means the whole node.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub accelerators: Vec<String>,
+}
+
+/// Something discovery could not read or did not understand. Never fatal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    /// The area or plugin: `numa`, `pci`, `nic`, `generic-pci`, `nvidia`...
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub path: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}: {}", self.source, path, self.message),
+            None => write!(f, "{}: {}", self.source, self.message),
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The SKU registry: PCI ids to product facts, loaded from data files (built-in ones plus any
+//! the user drops in), never from code.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{LinkKind, PciId};
+
+/// The registry files compiled into the binary; `(origin, text)`.
+const BUILTIN: &[(&str, &str)] = &[
+    ("builtin:nvidia.toml", include_str!("../skus/nvidia.toml")),
+    ("builtin:amd.toml", include_str!("../skus/amd.toml")),
+    ("builtin:google.toml", include_str!("../skus/google.toml")),
+    ("builtin:aws.toml", include_str!("../skus/aws.toml")),
+    ("builtin:intel.toml", include_str!("../skus/intel.toml")),
+    ("builtin:groq.toml", include_str!("../skus/groq.toml")),
+];
+
+/// One product, as the registry knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sku {
+    pub id: String,
+    pub vendor: String,
+    pub product: String,
+    pub family: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_dense_tflops: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dtypes: Vec<String>,
+    pub sources: Vec<String>,
+    #[serde(default)]
+    pub pci: Vec<PciMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up: Option<ScaleUp>,
+    /// Where this entry was loaded from (`builtin:nvidia.toml`, a file path). Set by the registry.
+    #[serde(default, skip_deserializing)]
+    pub origin: String,
+}
+
+/// PCI ids that identify a SKU. Subsystem ids narrow a match where one device id covers several SKUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PciMatch {
+    #[serde(with = "id_number")]
+    pub vendor: u16,
+    #[serde(with = "id_number")]
+    pub device: u16,
+    #[serde(default, with = "opt_id_number", skip_serializing_if = "Option::is_none")]
+    pub subsystem_vendor: Option<u16>,
+    #[serde(default, with = "opt_id_number", skip_serializing_if = "Option::is_none")]
+    pub subsystem_device: Option<u16>,
+}
+
+/// A SKU's scale-up interconnect.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleUp {
+    pub kind: LinkKind,
+    pub links: u32,
+    /// Aggregate bidirectional GB/s per device, as the vendor states it.
+    pub gbps: f64,
+}
+
+impl ScaleUp {
+    /// Bidirectional GB/s of one link.
+    pub fn gbps_per_link(&self) -> f64 {
+        if self.links == 0 {
+            0.0
+        } else {
+            self.gbps / f64::from(self.links)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SkuError {
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: sku {id:?}: {message}")]
+    Invalid { origin: String, id: String, message: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkuFile {
+    #[serde(default)]
+    sku: Vec<Sku>,
+}
+
+/// All known SKUs. Later entries override earlier ones with the same id or the same PCI match,
+/// so a user's file can correct or extend the built-in data.
+#[derive(Debug, Clone, Default)]
+pub struct SkuRegistry {
+    skus: Vec<Sku>,
+    by_pci: HashMap<(u16, u16), Vec<usize>>,
+}
+
+impl SkuRegistry {
+    /// The registry compiled into this binary.
+    pub fn builtin() -> SkuRegistry {
+        let mut registry = SkuRegistry::default();
+        for (origin, text) in BUILTIN {
+            let skus = SkuRegistry::parse(origin, text).expect("built-in SKU files are valid (tested)");
+            registry.merge(skus);
+        }
+        registry
+    }
+
+    /// Parses one registry file (TOML with `[[sku]]` tables) without adding it.
+    pub fn parse(origin: &str, text: &str) -> Result<Vec<Sku>, SkuError> {
+        let file: SkuFile = toml::from_str(text)
+            .map_err(|e| SkuError::Parse { origin: origin.to_owned(), message: e.to_string().trim().to_owned() })?;
+        let mut skus = file.sku;
+        for sku in &mut skus {
+            let invalid = |message: &str| SkuError::Invalid {
+                origin: origin.to_owned(),
+                id: sku.id.clone(),
+                message: message.to_owned(),
+            };
+            if sku.id.is_empty() || !sku.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+                return Err(invalid("id must be a non-empty lowercase slug (a-z, 0-9, -)"));
+            }
+            if sku.sources.is_empty() {
+                return Err(invalid("every entry must name at least one public source"));
+            }
+            if sku.scale_up.is_some_and(|s| !(s.gbps.is_finite() && s.gbps >= 0.0)) {
+                return Err(invalid("scale_up.gbps must be a non-negative number"));
+            }
+            sku.origin = origin.to_owned();
+        }
+        Ok(skus)
+    }
+
+    /// Adds entries, replacing any with the same id.
+    pub fn merge(&mut self, skus: Vec<Sku>) {
+        for sku in skus {
+            match self.skus.iter().position(|s| s.id == sku.id) {
+                Some(i) => self.skus[i] = sku,
+                None => self.skus.push(sku),
+            }
+        }
+        self.by_pci.clear();
+        for (i, sku) in self.skus.iter().enumerate() {
+            for m in &sku.pci {
+                self.by_pci.entry((m.vendor, m.device)).or_default().push(i);
+            }
+        }
+    }
+
+    pub fn all(&self) -> &[Sku] {
+        &self.skus
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Sku> {
+        self.skus.iter().find(|s| s.id == id)
+    }
+
+    /// The SKU for a PCI function. A match on subsystem ids beats a plain one; among equals the
+    /// entry loaded last wins.
+    pub fn lookup(&self, vendor: PciId, device: PciId, subsystem: Option<(PciId, PciId)>) -> Option<&Sku> {
+        let candidates = self.by_pci.get(&(vendor.0, device.0))?;
+        let mut best: Option<(u32, usize)> = None;
+        for &i in candidates {
+            for m in self.skus[i].pci.iter().filter(|m| m.vendor == vendor.0 && m.device == device.0) {
+                let score = match (m.subsystem_vendor, m.subsystem_device, subsystem) {
+                    (None, None, _) => 1,
+                    (sv, sd, Some((v, d))) if sv.is_none_or(|x| x == v.0) && sd.is_none_or(|x| x == d.0) => 2,
+                    _ => continue,
+                };
+                if best.is_none_or(|(s, _)| score >= s) {
+                    best = Some((score, i));
+                }
+            }
+        }
+        best.map(|(_, i)| &self.skus[i])
+    }
+}
+
+/// The lowercase vendor id for a PCI vendor of accelerators, or `pci-<id>` for others.
+pub fn vendor_name(vendor: PciId) -> String {
+    match vendor.0 {
+        0x10de => "nvidia".into(),
+        0x1002 => "amd".into(),
+        0x1ae0 => "google".into(),
+        0x1d0f => "aws".into(),
+        0x8086 | 0x1da3 => "intel".into(),
+        0x1de0 => "groq".into(),
+        0x1bcf => "nec".into(),
+        other => format!("pci-{other:04x}"),
+    }
+}
+
+/// PCI ids are written as TOML integers (`0x10de`); JSON output shows them as the same hex string.
+mod id_number {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u16, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("0x{v:04x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+        u16::deserialize(d)
+    }
+}
+
+mod opt_id_number {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u16>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => super::id_number::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+        Option::<u16>::deserialize(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_registry_is_valid_and_covers_the_required_skus() {
+        let registry = SkuRegistry::builtin();
+        let mut ids: Vec<&str> = registry.all().iter().map(|s| s.id.as_str()).collect();
+        let n = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "sku ids are unique");
+        for sku in registry.all() {
+            assert!(sku.sources.iter().all(|s| s.starts_with("https://") || s.starts_with("http://")), "{}", sku.id);
+        }
+        // One PCI id per required product family: the lookup must find each.
+        let required: &[(u16, u16)] = &[
+            (0x10de, 0x2bb5), (0x10de, 0x2901), (0x10de, 0x2941), (0x10de, 0x3182), (0x10de, 0x2335),
+            (0x10de, 0x2330), (0x10de, 0x2331), (0x10de, 0x20b2), (0x10de, 0x26b9), (0x10de, 0x27b8),
+            (0x1002, 0x75a3), (0x1002, 0x75a0), (0x1002, 0x74a5), (0x1002, 0x74a1), (0x1002, 0x7408),
+            (0x1002, 0x740f), (0x1ae0, 0x005e), (0x1ae0, 0x0063), (0x1ae0, 0x0062), (0x1ae0, 0x006f),
+            (0x1ae0, 0x0076), (0x1d0f, 0x7164), (0x1d0f, 0x7364), (0x1d0f, 0x7264), (0x1da3, 0x1020),
+            (0x1da3, 0x1060), (0x8086, 0x0bd5),
+        ];
+        for &(v, d) in required {
+            assert!(registry.lookup(PciId(v), PciId(d), None).is_some(), "{v:04x}:{d:04x} missing");
+        }
+        assert!(registry.all().iter().any(|s| s.vendor == "groq"), "groq LPU missing");
+    }
+
+    #[test]
+    fn user_files_override_and_subsystems_narrow() {
+        let mut registry = SkuRegistry::builtin();
+        let text = r#"
+[[sku]]
+id = "test-h100-special"
+vendor = "nvidia"
+product = "H100 special board"
+family = "hopper"
+sources = ["https://example.com/spec"]
+[[sku.pci]]
+vendor = 0x10de
+device = 0x2330
+subsystem_vendor = 0x10de
+subsystem_device = 0x1234
+"#;
+        registry.merge(SkuRegistry::parse("user.toml", text).unwrap());
+        let plain = registry.lookup(PciId(0x10de), PciId(0x2330), Some((PciId(0x10de), PciId(0x16c1)))).unwrap();
+        assert_ne!(plain.id, "test-h100-special");
+        let special = registry.lookup(PciId(0x10de), PciId(0x2330), Some((PciId(0x10de), PciId(0x1234)))).unwrap();
+        assert_eq!(special.id, "test-h100-special");
+        assert_eq!(special.origin, "user.toml");
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_their_origin() {
+        let e = SkuRegistry::parse("a.toml", "[[sku]]\nid = \"x\"").unwrap_err();
+        assert!(e.to_string().starts_with("a.toml: "), "{e}");
+        let e = SkuRegistry::parse("b.toml", "[[sku]]\nid=\"x\"\nvendor=\"v\"\nproduct=\"p\"\nfamily=\"f\"\nsources=[]").unwrap_err();
+        assert_eq!(e.to_string(), "b.toml: sku \"x\": every entry must name at least one public source");
+        let e = SkuRegistry::parse("c.toml", "[[sku]]\nid=\"x\"\nvendor=\"v\"\nproduct=\"p\"\nfamily=\"f\"\nsources=[\"https://x\"]\ncolour=1").unwrap_err();
+        assert!(e.to_string().contains("colour"), "{e}");
+    }
+}
