@@ -16,7 +16,9 @@ use clap::{Args, Parser, Subcommand};
 /// NUMA nodes and NICs, for every vendor.
 #[derive(Debug, Parser)]
 #[command(name = "accel", version, propagate_version = true, max_term_width = 100)]
-#[command(after_help = "Examples:\n  accel topo                      matrix of this machine\n  accel discover --json           full machine description as JSON\n  accel topo --root ./capture     a captured machine (a copy of /sys and /proc)\n  accel skus                      the SKU registry\n\nEnvironment:\n  ACCEL_SKU_DIR   directory of extra SKU files (*.toml) merged over the built-in registry")]
+#[command(
+    after_help = "Examples:\n  accel topo                      matrix of this machine\n  accel discover --json           full machine description as JSON\n  accel topo --root ./capture     a captured machine (a copy of /sys and /proc)\n  accel skus                      the SKU registry\n\nEnvironment:\n  ACCEL_SKU_DIR   directory of extra SKU files (*.toml) merged over the built-in registry"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

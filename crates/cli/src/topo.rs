@@ -204,9 +204,12 @@ fn pci_tree(machine: &Machine, s: &mut String) {
         d
     };
     let endpoints = machine.pci.iter().filter(|n| n.kind == PciNodeKind::Endpoint).count();
-    let _ = writeln!(s, "PCI tree ({} host bridges, {} functions; showing accelerators and NICs):",
+    let _ = writeln!(
+        s,
+        "PCI tree ({} host bridges, {} functions; showing accelerators and NICs):",
         machine.pci.iter().filter(|n| n.kind == PciNodeKind::HostBridge).count(),
-        machine.pci.len() - machine.pci.iter().filter(|n| n.kind == PciNodeKind::HostBridge).count());
+        machine.pci.len() - machine.pci.iter().filter(|n| n.kind == PciNodeKind::HostBridge).count()
+    );
     for node in machine.pci.iter().filter(|n| keep.contains(n.id.as_str())) {
         let indent = "  ".repeat(depth(&node.id) + 1);
         let ids = match (node.vendor, node.device) {
@@ -247,7 +250,7 @@ fn matrix(machine: &Machine, s: &mut String) {
     for label in &labels {
         let _ = write!(s, "{label:>width$}");
     }
-    let _ = writeln!(s, "  {:<20}{}", "CPU Affinity", "NUMA Affinity");
+    let _ = writeln!(s, "  {:<20}NUMA Affinity", "CPU Affinity");
     for (row, endpoint) in json.matrix.iter().zip(&json.endpoints) {
         let _ = write!(s, "{:width$}", endpoint.label);
         for class in row {
@@ -314,15 +317,27 @@ fn warnings(machine: &Machine, s: &mut String) {
 
 pub fn skus(registry: &SkuRegistry) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{:<28} {:<8} {:<14} {:>9} {:>10}  {:<22} product", "id", "vendor", "pci", "memory", "bf16 TF", "scale-up");
+    let _ = writeln!(
+        s,
+        "{:<28} {:<8} {:<14} {:>9} {:>10}  {:<22} product",
+        "id", "vendor", "pci", "memory", "bf16 TF", "scale-up"
+    );
     for sku in registry.all() {
         let pci = sku.pci.first().map(|m| format!("{:04x}:{:04x}", m.vendor, m.device)).unwrap_or_else(|| "-".into());
         let mem = sku.memory_bytes.map(bytes).unwrap_or_else(|| "-".into());
         let tf = sku.bf16_dense_tflops.map(|t| format!("{t:.0}")).unwrap_or_else(|| "-".into());
         let up = sku.scale_up.map(|u| format!("{} x{} {} GB/s", u.kind, u.links, u.gbps)).unwrap_or_else(|| "-".into());
-        let _ = writeln!(s, "{:<28} {:<8} {:<14} {:>9} {:>10}  {:<22} {}", sku.id, sku.vendor, pci, mem, tf, up, sku.product);
+        let _ = writeln!(
+            s,
+            "{:<28} {:<8} {:<14} {:>9} {:>10}  {:<22} {}",
+            sku.id, sku.vendor, pci, mem, tf, up, sku.product
+        );
     }
-    let _ = writeln!(s, "\n{} SKUs. Sources: `accel skus --json`. Add your own with ACCEL_SKU_DIR or --sku-file.", registry.all().len());
+    let _ = writeln!(
+        s,
+        "\n{} SKUs. Sources: `accel skus --json`. Add your own with ACCEL_SKU_DIR or --sku-file.",
+        registry.all().len()
+    );
     s
 }
 

@@ -56,13 +56,20 @@ fn accelerator(host: &Host, node: &PciNode, warnings: &mut Vec<Warning>) -> Opti
     if sku.is_none() && is_vga && DISPLAY_ONLY_VENDORS.contains(&vendor.0) {
         return None;
     }
-    let vendor_id = sku.map(|s| s.vendor.clone()).unwrap_or_else(|| vendor_name(vendor));
+    let vendor_id = match (sku, node.vendor) {
+        (Some(s), _) => s.vendor.clone(),
+        (None, Some(v)) => vendor_name(v),
+        (None, None) => "pci-unknown".to_owned(),
+    };
     if sku.is_none() {
         warnings.push(Warning {
             source: "generic-pci".into(),
             path: Some(format!("/sys/bus/pci/devices/{addr}")),
             message: format!(
-                "unknown accelerator {vendor}:{device} (subsystem {}, class {:?}); add it to the SKU registry",
+                "unknown accelerator {} (subsystem {}, class {:?}); add it to the SKU registry",
+                node.vendor
+                    .zip(node.device)
+                    .map_or_else(|| "with unreadable ids".to_owned(), |(v, d)| format!("{v}:{d}")),
                 subsystem.map_or_else(|| "unknown".to_owned(), |(v, d)| format!("{v}:{d}")),
                 node.class?,
             ),
@@ -74,7 +81,11 @@ fn accelerator(host: &Host, node: &PciNode, warnings: &mut Vec<Warning>) -> Opti
         vendor: vendor_id,
         plugin: "generic-pci".into(),
         sku: sku.map(|s| s.id.clone()),
-        product: sku.map_or_else(|| format!("unknown device {vendor}:{device}"), |s| s.product.clone()),
+        product: match (sku, node.vendor.zip(node.device)) {
+            (Some(s), _) => s.product.clone(),
+            (None, Some(_)) => format!("unknown device {vendor}:{device}"),
+            (None, None) => "unknown device (ids unreadable)".to_owned(),
+        },
         family: sku.map(|s| s.family.clone()),
         architecture: sku.and_then(|s| s.architecture.clone()),
         pci: Some(addr),

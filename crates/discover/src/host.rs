@@ -108,11 +108,8 @@ impl Host {
     /// `None` when `path` is not a symlink.
     pub fn resolve_link(&self, path: &Path) -> Option<PathBuf> {
         let target = std::fs::read_link(path).ok()?;
-        let base = if target.is_absolute() {
-            self.root.clone()
-        } else {
-            path.parent().unwrap_or(&self.root).to_path_buf()
-        };
+        let base =
+            if target.is_absolute() { self.root.clone() } else { path.parent().unwrap_or(&self.root).to_path_buf() };
         Some(self.normalize(&base, &target))
     }
 

@@ -23,8 +23,7 @@ pub fn read_platform(host: &Host) -> Machine {
 
 fn read_host_info(host: &Host, warnings: &mut Vec<Warning>) -> HostInfo {
     let dmi = |name: &str, warnings: &mut Vec<Warning>| {
-        host.read_attr(&host.path(&format!("/sys/class/dmi/id/{name}")), "dmi", warnings)
-            .filter(|v| !v.is_empty())
+        host.read_attr(&host.path(&format!("/sys/class/dmi/id/{name}")), "dmi", warnings).filter(|v| !v.is_empty())
     };
     HostInfo {
         hostname: host.read_attr(&host.path("/proc/sys/kernel/hostname"), "host", warnings).filter(|v| !v.is_empty()),
@@ -33,22 +32,26 @@ fn read_host_info(host: &Host, warnings: &mut Vec<Warning>) -> HostInfo {
     }
 }
 
-/// NUMA nodes from `/sys/devices/system/node/node<N>`. A kernel without NUMA gets one node
-/// holding every online CPU.
+/// NUMA nodes from `/sys/devices/system/node/node<N>`, each with its online CPUs. A kernel
+/// without NUMA gets one node holding every online CPU.
 pub fn read_numa(host: &Host, warnings: &mut Vec<Warning>) -> Vec<NumaNode> {
     const SRC: &str = "numa";
+    let online =
+        host.parse_attr(&host.path("/sys/devices/system/cpu/online"), SRC, warnings, |t| CpuSet::parse_list(t).ok());
     let dir = host.path("/sys/devices/system/node");
-    let mut ids: Vec<u32> = host
-        .list_dir(&dir, SRC, warnings)
-        .iter()
-        .filter_map(|n| n.strip_prefix("node")?.parse().ok())
-        .collect();
+    let mut ids: Vec<u32> =
+        host.list_dir(&dir, SRC, warnings).iter().filter_map(|n| n.strip_prefix("node")?.parse().ok()).collect();
     ids.sort_unstable();
     let mut nodes = Vec::new();
     for &id in &ids {
         let node_dir = dir.join(format!("node{id}"));
         let cpus = host
             .parse_attr(&node_dir.join("cpulist"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
+            .map(|cpus| match &online {
+                // Offline CPUs run nothing; hwloc leaves them out too.
+                Some(online) => cpus.intersection(online),
+                None => cpus,
+            })
             .unwrap_or_default();
         let memory_bytes = host.parse_attr(&node_dir.join("meminfo"), SRC, warnings, parse_meminfo_total);
         let distances = host
@@ -70,9 +73,7 @@ pub fn read_numa(host: &Host, warnings: &mut Vec<Warning>) -> Vec<NumaNode> {
         nodes.push(NumaNode { id, cpus, memory_bytes, distances });
     }
     if nodes.is_empty() {
-        let cpus = host
-            .parse_attr(&host.path("/sys/devices/system/cpu/online"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
-            .unwrap_or_default();
+        let cpus = online.unwrap_or_default();
         let memory_bytes = host.parse_attr(&host.path("/proc/meminfo"), SRC, warnings, parse_meminfo_total);
         nodes.push(NumaNode { id: 0, cpus, memory_bytes, distances: BTreeMap::new() });
     }
@@ -117,9 +118,9 @@ pub fn read_pci(host: &Host, numa: &[NumaNode], warnings: &mut Vec<Warning>) -> 
             // function hangs off the host bridge of its own root bus, as hwloc does.
             None => PciPath { host_bridge: addr.root_bus_name(), chain: vec![(name.clone(), entry.clone())] },
         };
-        nodes.entry(path.host_bridge.clone()).or_insert_with(|| {
-            PciNode::new(path.host_bridge.clone(), PciNodeKind::HostBridge, None)
-        });
+        nodes
+            .entry(path.host_bridge.clone())
+            .or_insert_with(|| PciNode::new(path.host_bridge.clone(), PciNodeKind::HostBridge, None));
         let mut parent = path.host_bridge.clone();
         for (id, dir) in path.chain {
             if !nodes.contains_key(&id) {
@@ -136,7 +137,9 @@ pub fn read_pci(host: &Host, numa: &[NumaNode], warnings: &mut Vec<Warning>) -> 
     // A function with children is a bridge whatever its class file says (or lacks).
     let parents: BTreeSet<String> = nodes.values().filter_map(|n| n.parent.clone()).collect();
     for node in nodes.values_mut() {
-        if node.kind == PciNodeKind::Endpoint && (parents.contains(&node.id) || node.class.is_some_and(PciClass::is_bridge)) {
+        if node.kind == PciNodeKind::Endpoint
+            && (parents.contains(&node.id) || node.class.is_some_and(PciClass::is_bridge))
+        {
             node.kind = PciNodeKind::Bridge;
         }
     }
@@ -168,11 +171,13 @@ fn pci_path(host: &Host, target: &Path, addr: PciAddr) -> PciPath {
 }
 
 fn is_host_bridge_name(part: &str) -> bool {
-    part.strip_prefix("pci")
-        .and_then(|rest| rest.split_once(':'))
-        .is_some_and(|(d, b)| {
-            !d.is_empty() && d.len() <= 8 && b.len() == 2 && u32::from_str_radix(d, 16).is_ok() && u8::from_str_radix(b, 16).is_ok()
-        })
+    part.strip_prefix("pci").and_then(|rest| rest.split_once(':')).is_some_and(|(d, b)| {
+        !d.is_empty()
+            && d.len() <= 8
+            && b.len() == 2
+            && u32::from_str_radix(d, 16).is_ok()
+            && u8::from_str_radix(b, 16).is_ok()
+    })
 }
 
 fn read_pci_attrs(host: &Host, dir: &Path, node: &mut PciNode, numa: &[NumaNode], warnings: &mut Vec<Warning>) {
@@ -185,9 +190,8 @@ fn read_pci_attrs(host: &Host, dir: &Path, node: &mut PciNode, numa: &[NumaNode]
     node.class = host.parse_attr(&dir.join("class"), SRC, warnings, PciClass::parse);
     node.link = read_link(host, dir, "current", warnings);
     node.max_link = read_link(host, dir, "max", warnings);
-    node.driver = host
-        .resolve_link(&dir.join("driver"))
-        .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
+    node.driver =
+        host.resolve_link(&dir.join("driver")).and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
     node.local_cpus = host
         .parse_attr(&dir.join("local_cpulist"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
         .or_else(|| host.parse_attr(&dir.join("local_cpus"), SRC, warnings, |t| CpuSet::parse_mask(t).ok()));
@@ -224,7 +228,8 @@ fn locality(declared: Option<i64>, local_cpus: Option<&CpuSet>, numa: &[NumaNode
 fn read_link(host: &Host, dir: &Path, which: &str, warnings: &mut Vec<Warning>) -> Option<PciLink> {
     let speed = host.read_attr(&dir.join(format!("{which}_link_speed")), "pci", warnings)?;
     let gts = PciLink::parse_speed(&speed)?;
-    let width = host.parse_attr(&dir.join(format!("{which}_link_width")), "pci", warnings, |t| t.parse::<u32>().ok())?;
+    let width =
+        host.parse_attr(&dir.join(format!("{which}_link_width")), "pci", warnings, |t| t.parse::<u32>().ok())?;
     (width > 0).then_some(PciLink { gts, width })
 }
 
@@ -315,10 +320,11 @@ pub fn read_nics(host: &Host, pci: &[PciNode], warnings: &mut Vec<Warning>) -> V
 /// The last PCI address in a resolved sysfs path (the function a class device hangs off).
 fn last_pci_addr(path: &Path) -> Option<PciAddr> {
     path.components()
+        .rev()
         .filter_map(|c| c.as_os_str().to_str())
         .filter(|s| s.len() >= 12)
         .filter_map(|s| s.parse::<PciAddr>().ok())
-        .last()
+        .next()
 }
 
 /// `100 Gb/sec (4X EDR)` → 100000 Mb/s.
@@ -338,7 +344,10 @@ mod tests {
 
     #[test]
     fn small_parsers() {
-        assert_eq!(parse_meminfo_total("Node 0 MemTotal:       47925628 kB\nNode 0 MemFree: 1 kB"), Some(47925628 * 1024));
+        assert_eq!(
+            parse_meminfo_total("Node 0 MemTotal:       47925628 kB\nNode 0 MemFree: 1 kB"),
+            Some(47925628 * 1024)
+        );
         assert_eq!(parse_meminfo_total("MemTotal: x kB"), None);
         assert_eq!(parse_ib_rate("100 Gb/sec (4X EDR)"), Some(100_000));
         assert_eq!(parse_ib_rate("2.5 Gb/sec (1X SDR)"), Some(2_500));
@@ -350,7 +359,12 @@ mod tests {
 
     #[test]
     fn locality_rules() {
-        let node = |id, cpus: &str| NumaNode { id, cpus: CpuSet::parse_list(cpus).unwrap(), memory_bytes: None, distances: BTreeMap::new() };
+        let node = |id, cpus: &str| NumaNode {
+            id,
+            cpus: CpuSet::parse_list(cpus).unwrap(),
+            memory_bytes: None,
+            distances: BTreeMap::new(),
+        };
         let numa = vec![node(0, "0-7"), node(1, "8-15")];
         let cpus = |s: &str| CpuSet::parse_list(s).unwrap();
         assert_eq!(locality(Some(1), None, &numa), Some(1));

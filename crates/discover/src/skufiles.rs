@@ -7,7 +7,7 @@ use accel_model::{SkuError, SkuRegistry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SkuLoadError {
-    #[error("cannot read SKU file {path}: {source}")]
+    #[error("cannot read SKU file {path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Invalid(#[from] SkuError),
@@ -29,7 +29,8 @@ pub fn load_registry(dir: Option<&Path>, files: &[PathBuf]) -> Result<SkuRegistr
     }
     paths.extend(files.iter().cloned());
     for path in paths {
-        let text = std::fs::read_to_string(&path).map_err(|source| SkuLoadError::Read { path: path.clone(), source })?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| SkuLoadError::Read { path: path.clone(), source })?;
         registry.merge(SkuRegistry::parse(&path.display().to_string(), &text)?);
     }
     Ok(registry)

@@ -95,6 +95,10 @@ impl CpuSet {
         false
     }
 
+    pub fn intersection(&self, other: &CpuSet) -> CpuSet {
+        CpuSet(self.0.iter().copied().filter(|c| other.0.binary_search(c).is_ok()).collect())
+    }
+
     pub fn is_subset(&self, other: &CpuSet) -> bool {
         self.0.iter().all(|c| other.0.binary_search(c).is_ok())
     }

@@ -105,8 +105,7 @@ pub struct PathClassifier<'m> {
 
 impl<'m> PathClassifier<'m> {
     pub fn new(machine: &'m Machine) -> PathClassifier<'m> {
-        let index: HashMap<&str, usize> =
-            machine.pci.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
+        let index: HashMap<&str, usize> = machine.pci.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
         let mut chains = HashMap::new();
         for node in &machine.pci {
             let Some(addr) = node.address else { continue };
@@ -134,8 +133,7 @@ impl<'m> PathClassifier<'m> {
             machine.accelerators.iter().enumerate().map(|(i, a)| (a.id.as_str(), i)).collect();
         let mut links: HashMap<(usize, usize), (LinkKind, u32)> = HashMap::new();
         for link in &machine.links {
-            let (Some(&a), Some(&b)) = (acc_index.get(link.a.as_str()), acc_index.get(link.b.as_str()))
-            else {
+            let (Some(&a), Some(&b)) = (acc_index.get(link.a.as_str()), acc_index.get(link.b.as_str())) else {
                 continue;
             };
             let key = (a.min(b), a.max(b));
@@ -176,10 +174,8 @@ impl<'m> PathClassifier<'m> {
         }
         // Bridges below a root port alternate switch upstream and downstream ports, so bridge
         // depth d (root port = 0) belongs to switch (d + 1) / 2. Count the switches crossed.
-        let mut switches: Vec<usize> = (common - 1..ca.bridges.len())
-            .chain(common - 1..cb.bridges.len())
-            .map(|depth| (depth + 1) / 2)
-            .collect();
+        let mut switches: Vec<usize> =
+            (common - 1..ca.bridges.len()).chain(common - 1..cb.bridges.len()).map(|depth| depth.div_ceil(2)).collect();
         switches.sort_unstable();
         switches.dedup();
         if switches.len() <= 1 {
@@ -288,7 +284,13 @@ mod tests {
             speed_mbps: None,
             numa_node: Some(0),
         }];
-        m.links = vec![Link { a: "x-0000:41:00.0".into(), b: "x-0000:81:00.0".into(), kind: LinkKind::Nvlink, count: 4, gbps: None }];
+        m.links = vec![Link {
+            a: "x-0000:41:00.0".into(),
+            b: "x-0000:81:00.0".into(),
+            kind: LinkKind::Nvlink,
+            count: 4,
+            gbps: None,
+        }];
         m
     }
 
@@ -296,7 +298,8 @@ mod tests {
     fn classes() {
         let m = machine();
         let c = PathClassifier::new(&m);
-        let got: Vec<String> = c.matrix().iter().map(|row| row.iter().map(|p| format!("{p:>4}")).collect()).collect();
+        let got: Vec<String> =
+            c.matrix().iter().map(|row| row.iter().map(|p| format!("{p:>4}")).collect::<Vec<_>>().join(" ")).collect();
         let want = [
             "   X  PXB  PHB NODE  SYS  PIX",
             " PXB    X  PHB NODE  SYS  PXB",

@@ -46,8 +46,7 @@ impl FromStr for PciAddr {
             }
             u32::from_str_radix(s, 16).map_err(|_| err())
         };
-        let (domain, bus, device, function) =
-            (hex(domain, 8)?, hex(bus, 2)?, hex(device, 2)?, hex(function, 1)?);
+        let (domain, bus, device, function) = (hex(domain, 8)?, hex(bus, 2)?, hex(device, 2)?, hex(function, 1)?);
         if device > 0x1f || function > 7 {
             return Err(err());
         }
@@ -219,7 +218,7 @@ impl PciLink {
     /// Parses sysfs link speeds: `8 GT/s`, `8.0 GT/s PCIe`, `32 GT/s PCIe/s`, `2.5 GT/s`.
     /// `Unknown` and garbage give `None`.
     pub fn parse_speed(text: &str) -> Option<f64> {
-        let number = text.trim().split_whitespace().next()?;
+        let number = text.split_whitespace().next()?;
         let gts: f64 = number.parse().ok()?;
         (gts.is_finite() && gts > 0.0 && gts <= 1024.0).then_some(gts)
     }

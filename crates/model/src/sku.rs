@@ -80,7 +80,7 @@ impl ScaleUp {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SkuError {
-    #[error("{origin}: {message}")]
+    #[error("{origin}:{message}")]
     Parse { origin: String, message: String },
     #[error("{origin}: sku {id:?}: {message}")]
     Invalid { origin: String, id: String, message: String },
@@ -114,8 +114,19 @@ impl SkuRegistry {
 
     /// Parses one registry file (TOML with `[[sku]]` tables) without adding it.
     pub fn parse(origin: &str, text: &str) -> Result<Vec<Sku>, SkuError> {
-        let file: SkuFile = toml::from_str(text)
-            .map_err(|e| SkuError::Parse { origin: origin.to_owned(), message: e.to_string().trim().to_owned() })?;
+        let file: SkuFile = toml::from_str(text).map_err(|e| {
+            // One line, `origin:line:column: message`, instead of toml's multi-line snippet.
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("{line}:{column}:")
+            });
+            SkuError::Parse {
+                origin: origin.to_owned(),
+                message: format!("{} {}", at.unwrap_or_default(), e.message()),
+            }
+        })?;
         let mut skus = file.sku;
         for sku in &mut skus {
             let invalid = |message: &str| SkuError::Invalid {
@@ -241,12 +252,33 @@ mod tests {
         }
         // One PCI id per required product family: the lookup must find each.
         let required: &[(u16, u16)] = &[
-            (0x10de, 0x2bb5), (0x10de, 0x2901), (0x10de, 0x2941), (0x10de, 0x3182), (0x10de, 0x2335),
-            (0x10de, 0x2330), (0x10de, 0x2331), (0x10de, 0x20b2), (0x10de, 0x26b9), (0x10de, 0x27b8),
-            (0x1002, 0x75a3), (0x1002, 0x75a0), (0x1002, 0x74a5), (0x1002, 0x74a1), (0x1002, 0x7408),
-            (0x1002, 0x740f), (0x1ae0, 0x005e), (0x1ae0, 0x0063), (0x1ae0, 0x0062), (0x1ae0, 0x006f),
-            (0x1ae0, 0x0076), (0x1d0f, 0x7164), (0x1d0f, 0x7364), (0x1d0f, 0x7264), (0x1da3, 0x1020),
-            (0x1da3, 0x1060), (0x8086, 0x0bd5),
+            (0x10de, 0x2bb5),
+            (0x10de, 0x2901),
+            (0x10de, 0x2941),
+            (0x10de, 0x3182),
+            (0x10de, 0x2335),
+            (0x10de, 0x2330),
+            (0x10de, 0x2331),
+            (0x10de, 0x20b2),
+            (0x10de, 0x26b9),
+            (0x10de, 0x27b8),
+            (0x1002, 0x75a3),
+            (0x1002, 0x75a0),
+            (0x1002, 0x74a5),
+            (0x1002, 0x74a1),
+            (0x1002, 0x7408),
+            (0x1002, 0x740f),
+            (0x1ae0, 0x005e),
+            (0x1ae0, 0x0063),
+            (0x1ae0, 0x0062),
+            (0x1ae0, 0x006f),
+            (0x1ae0, 0x0076),
+            (0x1d0f, 0x7164),
+            (0x1d0f, 0x7364),
+            (0x1d0f, 0x7264),
+            (0x1da3, 0x1020),
+            (0x1da3, 0x1060),
+            (0x8086, 0x0bd5),
         ];
         for &(v, d) in required {
             assert!(registry.lookup(PciId(v), PciId(d), None).is_some(), "{v:04x}:{d:04x} missing");
@@ -281,10 +313,16 @@ subsystem_device = 0x1234
     #[test]
     fn bad_files_are_refused_with_their_origin() {
         let e = SkuRegistry::parse("a.toml", "[[sku]]\nid = \"x\"").unwrap_err();
-        assert!(e.to_string().starts_with("a.toml: "), "{e}");
-        let e = SkuRegistry::parse("b.toml", "[[sku]]\nid=\"x\"\nvendor=\"v\"\nproduct=\"p\"\nfamily=\"f\"\nsources=[]").unwrap_err();
+        assert_eq!(e.to_string(), "a.toml:1:1: missing field `vendor`");
+        let e =
+            SkuRegistry::parse("b.toml", "[[sku]]\nid=\"x\"\nvendor=\"v\"\nproduct=\"p\"\nfamily=\"f\"\nsources=[]")
+                .unwrap_err();
         assert_eq!(e.to_string(), "b.toml: sku \"x\": every entry must name at least one public source");
-        let e = SkuRegistry::parse("c.toml", "[[sku]]\nid=\"x\"\nvendor=\"v\"\nproduct=\"p\"\nfamily=\"f\"\nsources=[\"https://x\"]\ncolour=1").unwrap_err();
+        let e = SkuRegistry::parse(
+            "c.toml",
+            "[[sku]]\nid=\"x\"\nvendor=\"v\"\nproduct=\"p\"\nfamily=\"f\"\nsources=[\"https://x\"]\ncolour=1",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
     }
 }

@@ -1,0 +1,131 @@
+//! The command line as a user meets it: help, errors, the registry and user SKU files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn accel(args: &[&str], sku_dir: Option<&Path>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_accel"));
+    cmd.args(args).env_remove("ACCEL_SKU_DIR");
+    if let Some(dir) = sku_dir {
+        cmd.env("ACCEL_SKU_DIR", dir);
+    }
+    cmd.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// A failure is one line on stderr, naming the problem, with a non-zero exit.
+fn one_line_error(out: &Output) -> String {
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr.clone()).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    err
+}
+
+#[test]
+fn help_teaches_every_command() {
+    let top = stdout(&accel(&["--help"], None));
+    for word in ["discover", "topo", "skus", "ACCEL_SKU_DIR", "Examples"] {
+        assert!(top.contains(word), "{word} missing from --help");
+    }
+    for cmd in ["discover", "topo"] {
+        let help = stdout(&accel(&[cmd, "--help"], None));
+        assert!(help.contains("--root") && help.contains("--json") && help.contains("--sku-file"), "{help}");
+    }
+    assert!(stdout(&accel(&["skus", "--help"], None)).contains("--json"));
+}
+
+#[test]
+fn bad_arguments_and_roots_fail_cleanly() {
+    let err = one_line_error(&accel(&["topo", "--root", "/nonexistent/capture"], None));
+    assert!(err.contains("cannot read root /nonexistent/capture"), "{err}");
+    let empty = tempdir("empty-root");
+    let err = one_line_error(&accel(&["discover", "--root", empty.to_str().unwrap()], None));
+    assert!(err.contains("has no sys/ directory"), "{err}");
+    let out = accel(&["topo", "--frobnicate"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--frobnicate'"));
+    let bad_sku = empty.join("bad.toml");
+    std::fs::write(&bad_sku, "[[sku]]\nid = 3\n").unwrap();
+    let err = one_line_error(&accel(&["skus", "--sku-file", bad_sku.to_str().unwrap()], None));
+    assert!(err.contains("bad.toml"), "{err}");
+}
+
+#[test]
+fn skus_lists_the_registry_with_sources() {
+    let json: serde_json::Value = serde_json::from_str(&stdout(&accel(&["skus", "--json"], None))).unwrap();
+    let skus = json.as_array().unwrap();
+    assert!(skus.len() >= 30);
+    assert!(skus.iter().all(|s| !s["sources"].as_array().unwrap().is_empty()));
+    let h100 = skus.iter().find(|s| s["id"] == "nvidia-h100-sxm").expect("H100 SXM listed");
+    assert_eq!(h100["pci"][0]["device"], "0x2330");
+    let text = stdout(&accel(&["skus"], None));
+    assert!(text.contains("nvidia-h100-sxm") && text.contains("SKUs."));
+}
+
+/// A vendor's SKU file dropped into ACCEL_SKU_DIR turns an unknown device into a known one,
+/// without a rebuild; without it the device is still reported, with its raw ids and a warning.
+#[test]
+fn sku_dir_teaches_new_hardware() {
+    let root = accel_testdata::root("hwloc-2p8co2t-8ve");
+    let root = root.to_str().unwrap();
+    let before: serde_json::Value =
+        serde_json::from_str(&stdout(&accel(&["discover", "--root", root, "--json"], None))).unwrap();
+    let accs = before["accelerators"].as_array().unwrap();
+    assert_eq!(accs.len(), 8);
+    assert_eq!(accs[0]["product"], "unknown device 1bcf:001c");
+    assert_eq!(accs[0]["pci_vendor"], "0x1bcf");
+    assert!(before["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["message"].as_str().unwrap().contains("unknown accelerator 1bcf:001c")));
+
+    let dir = tempdir("sku-dir");
+    std::fs::write(
+        dir.join("nec.toml"),
+        r#"
+[[sku]]
+id = "nec-sx-aurora-ve-type10"
+vendor = "nec"
+product = "NEC SX-Aurora TSUBASA Vector Engine"
+family = "sx-aurora"
+memory_bytes = 51539607552
+sources = ["https://www.nec.com/en/global/solutions/hpc/sx/vector_engine.html"]
+[[sku.pci]]
+vendor = 0x1bcf
+device = 0x001c
+"#,
+    )
+    .unwrap();
+    let after: serde_json::Value =
+        serde_json::from_str(&stdout(&accel(&["discover", "--root", root, "--json"], Some(&dir)))).unwrap();
+    let acc = &after["accelerators"][0];
+    assert_eq!(acc["product"], "NEC SX-Aurora TSUBASA Vector Engine");
+    assert_eq!(acc["sku"], "nec-sx-aurora-ve-type10");
+    assert_eq!(acc["memory_bytes"], 51539607552u64);
+    assert!(after["warnings"].as_array().unwrap().is_empty(), "{}", after["warnings"]);
+    let skus = stdout(&accel(&["skus"], Some(&dir)));
+    assert!(skus.contains("nec-sx-aurora-ve-type10"));
+}
+
+/// `accel topo` on this machine works and, without accelerators, still shows its structure.
+#[test]
+fn topo_on_the_live_machine() {
+    let text = stdout(&accel(&["topo"], None));
+    assert!(text.contains("NUMA nodes (") && text.contains("PCI tree ("), "{text}");
+    let discovered: serde_json::Value = serde_json::from_str(&stdout(&accel(&["discover", "--json"], None))).unwrap();
+    if discovered["accelerators"].as_array().unwrap().is_empty() {
+        assert!(text.contains("No accelerators found."), "{text}");
+    }
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("accel-cli-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -1,0 +1,72 @@
+//! Test-only access to the captured machines in `test_data/hosts`: extracts a capture once
+//! into the target directory and returns the root to point discovery at.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The repository's `test_data/hosts` directory.
+pub fn hosts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data/hosts")
+}
+
+/// Names of every captured machine that ships a `capture.tar.*`.
+pub fn hosts() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(hosts_dir())
+        .expect("test_data/hosts exists")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("capture.tar.bz2").exists() || e.path().join("capture.tar.gz").exists())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The extracted root of a capture (the directory holding `sys/` and `proc/`).
+///
+/// Extraction goes to a fresh temporary directory that is then renamed into place, so test
+/// binaries running in parallel never see a half-extracted tree.
+pub fn root(name: &str) -> PathBuf {
+    let src = hosts_dir().join(name);
+    let archive = ["capture.tar.bz2", "capture.tar.gz"]
+        .iter()
+        .map(|f| src.join(f))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no capture archive for host {name}"));
+    let base = target_dir().join("accel-hosts");
+    let dest = base.join(name);
+    if let Some(root) = find_root(&dest) {
+        return root;
+    }
+    std::fs::create_dir_all(&base).expect("create target/accel-hosts");
+    let tmp = base.join(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("create temp dir");
+    let status = Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&tmp)
+        .status()
+        .expect("run tar (needed to extract captures)");
+    assert!(status.success(), "tar failed on {}", archive.display());
+    if std::fs::rename(&tmp, &dest).is_err() {
+        // Another process won the race; use its copy.
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    find_root(&dest).unwrap_or_else(|| panic!("capture {name} has no sys/ directory"))
+}
+
+/// The capture's root: the directory itself, or its single top-level directory.
+fn find_root(dir: &Path) -> Option<PathBuf> {
+    if dir.join("sys").is_dir() {
+        return Some(dir.to_path_buf());
+    }
+    std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.join("sys").is_dir())
+}
+
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target")
+}
