@@ -93,7 +93,8 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    // Buffered: discovery output is hundreds of lines, one write each on a line-buffered stdout.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match cli.command {
         Command::Discover(args) => {
             let machine = discover_machine(&args.source)?;
@@ -116,7 +117,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Skus(args) => {
             let registry = registry(&args.registry)?;
             if args.json {
-                serde_json::to_writer_pretty(&mut out, registry.all())?;
+                serde_json::to_writer_pretty(&mut out, &registry.all())?;
                 writeln!(out)?;
             } else {
                 out.write_all(topo::skus(&registry).as_bytes())?;

@@ -137,11 +137,22 @@ impl Host {
 
 fn read_small(path: &Path) -> io::Result<String> {
     use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_ATTR_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_ATTR_BYTES {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "larger than 64 KiB"));
+    let mut file = std::fs::File::open(path)?;
+    // sysfs hands over a whole attribute in the first read, so a short read means the end: this
+    // saves the extra read-to-EOF call per file, which is most of discovery's system time.
+    let mut bytes = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        let n = file.read(&mut bytes[len..])?;
+        len += n;
+        if len as u64 > MAX_ATTR_BYTES {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "larger than 64 KiB"));
+        }
+        if n == 0 || len < bytes.len() {
+            break;
+        }
+        bytes.resize(bytes.len() * 2, 0);
     }
+    bytes.truncate(len);
     String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }

@@ -182,12 +182,29 @@ fn is_host_bridge_name(part: &str) -> bool {
 
 fn read_pci_attrs(host: &Host, dir: &Path, node: &mut PciNode, numa: &[NumaNode], warnings: &mut Vec<Warning>) {
     const SRC: &str = "pci";
-    let id = |name: &str, w: &mut Vec<Warning>| host.parse_attr(&dir.join(name), SRC, w, PciId::parse);
-    node.vendor = id("vendor", warnings);
-    node.device = id("device", warnings);
-    node.subsystem_vendor = id("subsystem_vendor", warnings);
-    node.subsystem_device = id("subsystem_device", warnings);
-    node.class = host.parse_attr(&dir.join("class"), SRC, warnings, PciClass::parse);
+    // `uevent` carries ids, class and driver in one read; captures that lack it (or hold a
+    // mangled one) fall back to the individual attribute files.
+    match host.read_attr(&dir.join("uevent"), SRC, warnings).as_deref().and_then(parse_pci_uevent) {
+        Some(u) => {
+            node.vendor = Some(u.vendor);
+            node.device = Some(u.device);
+            node.subsystem_vendor = u.subsystem.map(|s| s.0);
+            node.subsystem_device = u.subsystem.map(|s| s.1);
+            node.class = Some(u.class);
+            node.driver = u.driver;
+        }
+        None => {
+            let id = |name: &str, w: &mut Vec<Warning>| host.parse_attr(&dir.join(name), SRC, w, PciId::parse);
+            node.vendor = id("vendor", warnings);
+            node.device = id("device", warnings);
+            node.subsystem_vendor = id("subsystem_vendor", warnings);
+            node.subsystem_device = id("subsystem_device", warnings);
+            node.class = host.parse_attr(&dir.join("class"), SRC, warnings, PciClass::parse);
+            node.driver = host
+                .resolve_link(&dir.join("driver"))
+                .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
+        }
+    }
     node.link = read_link(host, dir, "current", warnings);
     node.max_link = read_link(host, dir, "max", warnings);
     node.driver =
@@ -202,6 +219,40 @@ fn read_pci_attrs(host: &Host, dir: &Path, node: &mut PciNode, numa: &[NumaNode]
             warnings.push(host.warning(SRC, &dir.join("numa_node"), format!("names node {n}, which does not exist")));
         }
     }
+}
+
+/// What a PCI function's `uevent` says of it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PciUevent {
+    pub vendor: PciId,
+    pub device: PciId,
+    pub subsystem: Option<(PciId, PciId)>,
+    pub class: PciClass,
+    pub driver: Option<String>,
+}
+
+/// Parses a PCI `uevent` (`PCI_ID=10DE:2330`, `PCI_CLASS=30200`, `PCI_SUBSYS_ID=...`, `DRIVER=...`).
+/// `None` unless both ids and the class are there and well formed.
+pub fn parse_pci_uevent(text: &str) -> Option<PciUevent> {
+    let mut ids = None;
+    let mut subsystem = None;
+    let mut class = None;
+    let mut driver = None;
+    let pair = |v: &str| {
+        let (a, b) = v.split_once(':')?;
+        Some((PciId::parse(a)?, PciId::parse(b)?))
+    };
+    for line in text.lines() {
+        match line.split_once('=') {
+            Some(("PCI_ID", v)) => ids = Some(pair(v)?),
+            Some(("PCI_SUBSYS_ID", v)) => subsystem = pair(v),
+            Some(("PCI_CLASS", v)) => class = Some(PciClass::parse(v)?),
+            Some(("DRIVER", v)) if !v.is_empty() => driver = Some(v.to_owned()),
+            _ => {}
+        }
+    }
+    let (vendor, device) = ids?;
+    Some(PciUevent { vendor, device, subsystem, class: class?, driver })
 }
 
 /// The NUMA node of a PCI function: the kernel's `numa_node` when it names a real node; else
@@ -358,6 +409,17 @@ mod tests {
     }
 
     #[test]
+    fn uevents() {
+        let u = parse_pci_uevent("DRIVER=ve_drv\nPCI_CLASS=B4000\nPCI_ID=1BCF:001C\nPCI_SUBSYS_ID=1BCF:0000\n").unwrap();
+        assert_eq!(u.vendor, PciId(0x1bcf));
+        assert_eq!(u.class, PciClass(0x0b4000));
+        assert_eq!(u.subsystem, Some((PciId(0x1bcf), PciId(0))));
+        assert_eq!(u.driver.as_deref(), Some("ve_drv"));
+        assert_eq!(parse_pci_uevent("PCI_CLASS=30200\n"), None);
+        assert_eq!(parse_pci_uevent("PCI_ID=zz:1\nPCI_CLASS=30200\n"), None);
+    }
+
+    #[test]
     fn locality_rules() {
         let node = |id, cpus: &str| NumaNode {
             id,
@@ -379,6 +441,7 @@ mod tests {
         fn parsers_never_panic(text in ".{0,60}") {
             let _ = parse_meminfo_total(&text);
             let _ = parse_ib_rate(&text);
+            let _ = parse_pci_uevent(&text);
             let _ = is_host_bridge_name(&text);
             let _ = last_pci_addr(Path::new(&text));
         }

@@ -1,20 +1,22 @@
 //! The SKU registry: PCI ids to product facts, loaded from data files (built-in ones plus any
 //! the user drops in), never from code.
 
-use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
 use crate::{LinkKind, PciId};
 
-/// The registry files compiled into the binary; `(origin, text)`.
-const BUILTIN: &[(&str, &str)] = &[
-    ("builtin:nvidia.toml", include_str!("../skus/nvidia.toml")),
-    ("builtin:amd.toml", include_str!("../skus/amd.toml")),
-    ("builtin:google.toml", include_str!("../skus/google.toml")),
-    ("builtin:aws.toml", include_str!("../skus/aws.toml")),
-    ("builtin:intel.toml", include_str!("../skus/intel.toml")),
-    ("builtin:groq.toml", include_str!("../skus/groq.toml")),
+/// The registry files compiled into the binary: origin, the PCI vendor ids their entries use
+/// (checked by a test), and the text. A file is parsed the first time a lookup needs it, so
+/// start-up pays only for the vendors present on the machine.
+const BUILTIN: &[(&str, &[u16], &str)] = &[
+    ("builtin:nvidia.toml", &[0x10de], include_str!("../skus/nvidia.toml")),
+    ("builtin:amd.toml", &[0x1002], include_str!("../skus/amd.toml")),
+    ("builtin:google.toml", &[0x1ae0], include_str!("../skus/google.toml")),
+    ("builtin:aws.toml", &[0x1d0f], include_str!("../skus/aws.toml")),
+    ("builtin:intel.toml", &[0x8086, 0x1da3], include_str!("../skus/intel.toml")),
+    ("builtin:groq.toml", &[0x1de0], include_str!("../skus/groq.toml")),
 ];
 
 /// One product, as the registry knows it.
@@ -93,23 +95,48 @@ struct SkuFile {
     sku: Vec<Sku>,
 }
 
-/// All known SKUs. Later entries override earlier ones with the same id or the same PCI match,
-/// so a user's file can correct or extend the built-in data.
-#[derive(Debug, Clone, Default)]
+/// All known SKUs: the built-in files, then user files in load order. A later entry overrides
+/// an earlier one with the same id, and wins a PCI match against an equally specific one, so a
+/// user's file can correct or extend the built-in data.
+#[derive(Debug, Clone)]
 pub struct SkuRegistry {
-    skus: Vec<Sku>,
-    by_pci: HashMap<(u16, u16), Vec<usize>>,
+    builtin: Vec<Builtin>,
+    user: Vec<Sku>,
+}
+
+#[derive(Debug, Clone)]
+struct Builtin {
+    origin: &'static str,
+    vendors: &'static [u16],
+    text: &'static str,
+    parsed: OnceLock<Vec<Sku>>,
+}
+
+impl Builtin {
+    fn skus(&self) -> &[Sku] {
+        self.parsed.get_or_init(|| SkuRegistry::parse(self.origin, self.text).expect("built-in SKU files are valid (tested)"))
+    }
+}
+
+impl Default for SkuRegistry {
+    fn default() -> SkuRegistry {
+        SkuRegistry::builtin()
+    }
 }
 
 impl SkuRegistry {
     /// The registry compiled into this binary.
     pub fn builtin() -> SkuRegistry {
-        let mut registry = SkuRegistry::default();
-        for (origin, text) in BUILTIN {
-            let skus = SkuRegistry::parse(origin, text).expect("built-in SKU files are valid (tested)");
-            registry.merge(skus);
-        }
-        registry
+        let builtin = BUILTIN
+            .iter()
+            .map(|&(origin, vendors, text)| Builtin { origin, vendors, text, parsed: OnceLock::new() })
+            .collect();
+        SkuRegistry { builtin, user: Vec::new() }
+    }
+
+    /// A registry with no built-in data (for tests and for tools that bring their own).
+    pub fn empty() -> SkuRegistry {
+        SkuRegistry { builtin: Vec::new(), user: Vec::new() }
     }
 
     /// Parses one registry file (TOML with `[[sku]]` tables) without adding it.
@@ -122,10 +149,7 @@ impl SkuRegistry {
                 let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
                 format!("{line}:{column}:")
             });
-            SkuError::Parse {
-                origin: origin.to_owned(),
-                message: format!("{} {}", at.unwrap_or_default(), e.message()),
-            }
+            SkuError::Parse { origin: origin.to_owned(), message: format!("{} {}", at.unwrap_or_default(), e.message()) }
         })?;
         let mut skus = file.sku;
         for sku in &mut skus {
@@ -148,48 +172,57 @@ impl SkuRegistry {
         Ok(skus)
     }
 
-    /// Adds entries, replacing any with the same id.
+    /// Adds entries over everything loaded so far.
     pub fn merge(&mut self, skus: Vec<Sku>) {
-        for sku in skus {
-            match self.skus.iter().position(|s| s.id == sku.id) {
-                Some(i) => self.skus[i] = sku,
-                None => self.skus.push(sku),
-            }
-        }
-        self.by_pci.clear();
-        for (i, sku) in self.skus.iter().enumerate() {
-            for m in &sku.pci {
-                self.by_pci.entry((m.vendor, m.device)).or_default().push(i);
-            }
-        }
+        self.user.extend(skus);
     }
 
-    pub fn all(&self) -> &[Sku] {
-        &self.skus
+    fn overridden(&self, id: &str) -> bool {
+        self.user.iter().any(|s| s.id == id)
+    }
+
+    /// Every entry in effect, built-in first, each id once.
+    pub fn all(&self) -> Vec<&Sku> {
+        let mut out: Vec<&Sku> =
+            self.builtin.iter().flat_map(Builtin::skus).filter(|s| !self.overridden(&s.id)).collect();
+        for (i, sku) in self.user.iter().enumerate() {
+            if !self.user[i + 1..].iter().any(|later| later.id == sku.id) {
+                out.push(sku);
+            }
+        }
+        out
     }
 
     pub fn get(&self, id: &str) -> Option<&Sku> {
-        self.skus.iter().find(|s| s.id == id)
+        self.user.iter().rev().find(|s| s.id == id).or_else(|| self.builtin.iter().flat_map(Builtin::skus).find(|s| s.id == id))
     }
 
     /// The SKU for a PCI function. A match on subsystem ids beats a plain one; among equals the
     /// entry loaded last wins.
     pub fn lookup(&self, vendor: PciId, device: PciId, subsystem: Option<(PciId, PciId)>) -> Option<&Sku> {
-        let candidates = self.by_pci.get(&(vendor.0, device.0))?;
-        let mut best: Option<(u32, usize)> = None;
-        for &i in candidates {
-            for m in self.skus[i].pci.iter().filter(|m| m.vendor == vendor.0 && m.device == device.0) {
+        let user = self.user.iter().rev();
+        let builtin = self
+            .builtin
+            .iter()
+            .rev()
+            .filter(|b| b.vendors.contains(&vendor.0))
+            .flat_map(Builtin::skus)
+            .filter(|s| !self.overridden(&s.id));
+        let mut best: Option<(u32, &Sku)> = None;
+        for sku in user.chain(builtin) {
+            for m in sku.pci.iter().filter(|m| m.vendor == vendor.0 && m.device == device.0) {
                 let score = match (m.subsystem_vendor, m.subsystem_device, subsystem) {
                     (None, None, _) => 1,
                     (sv, sd, Some((v, d))) if sv.is_none_or(|x| x == v.0) && sd.is_none_or(|x| x == d.0) => 2,
                     _ => continue,
                 };
-                if best.is_none_or(|(s, _)| score >= s) {
-                    best = Some((score, i));
+                // Candidates come latest first, so only a strictly better score replaces one.
+                if best.is_none_or(|(s, _)| score > s) {
+                    best = Some((score, sku));
                 }
             }
         }
-        best.map(|(_, i)| &self.skus[i])
+        best.map(|(_, sku)| sku)
     }
 }
 
@@ -242,6 +275,11 @@ mod tests {
     #[test]
     fn builtin_registry_is_valid_and_covers_the_required_skus() {
         let registry = SkuRegistry::builtin();
+        for &(origin, vendors, text) in BUILTIN {
+            for sku in SkuRegistry::parse(origin, text).unwrap() {
+                assert!(sku.pci.iter().all(|m| vendors.contains(&m.vendor)), "{origin}: {} outside its vendor hint", sku.id);
+            }
+        }
         let mut ids: Vec<&str> = registry.all().iter().map(|s| s.id.as_str()).collect();
         let n = ids.len();
         ids.sort_unstable();
@@ -308,6 +346,16 @@ subsystem_device = 0x1234
         let special = registry.lookup(PciId(0x10de), PciId(0x2330), Some((PciId(0x10de), PciId(0x1234)))).unwrap();
         assert_eq!(special.id, "test-h100-special");
         assert_eq!(special.origin, "user.toml");
+
+        // Same id as a built-in entry: the user's replaces it everywhere.
+        let fix = text.replace("test-h100-special", "nvidia-h100-sxm").replace("H100 special board", "H100 corrected");
+        let n = registry.all().len();
+        registry.merge(SkuRegistry::parse("fix.toml", &fix).unwrap());
+        assert_eq!(registry.all().len(), n);
+        assert_eq!(registry.get("nvidia-h100-sxm").unwrap().product, "H100 corrected");
+        assert_eq!(registry.all().iter().filter(|s| s.id == "nvidia-h100-sxm").count(), 1);
+        // Its PCI match is now the user's only (subsystem 10de:1234), so a plain H100 is unknown.
+        assert!(registry.lookup(PciId(0x10de), PciId(0x2330), None).is_none());
     }
 
     #[test]
