@@ -410,7 +410,8 @@ mod tests {
 
     #[test]
     fn uevents() {
-        let u = parse_pci_uevent("DRIVER=ve_drv\nPCI_CLASS=B4000\nPCI_ID=1BCF:001C\nPCI_SUBSYS_ID=1BCF:0000\n").unwrap();
+        let u =
+            parse_pci_uevent("DRIVER=ve_drv\nPCI_CLASS=B4000\nPCI_ID=1BCF:001C\nPCI_SUBSYS_ID=1BCF:0000\n").unwrap();
         assert_eq!(u.vendor, PciId(0x1bcf));
         assert_eq!(u.class, PciClass(0x0b4000));
         assert_eq!(u.subsystem, Some((PciId(0x1bcf), PciId(0))));

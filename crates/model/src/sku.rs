@@ -114,7 +114,8 @@ struct Builtin {
 
 impl Builtin {
     fn skus(&self) -> &[Sku] {
-        self.parsed.get_or_init(|| SkuRegistry::parse(self.origin, self.text).expect("built-in SKU files are valid (tested)"))
+        self.parsed
+            .get_or_init(|| SkuRegistry::parse(self.origin, self.text).expect("built-in SKU files are valid (tested)"))
     }
 }
 
@@ -149,7 +150,10 @@ impl SkuRegistry {
                 let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
                 format!("{line}:{column}:")
             });
-            SkuError::Parse { origin: origin.to_owned(), message: format!("{} {}", at.unwrap_or_default(), e.message()) }
+            SkuError::Parse {
+                origin: origin.to_owned(),
+                message: format!("{} {}", at.unwrap_or_default(), e.message()),
+            }
         })?;
         let mut skus = file.sku;
         for sku in &mut skus {
@@ -194,7 +198,11 @@ impl SkuRegistry {
     }
 
     pub fn get(&self, id: &str) -> Option<&Sku> {
-        self.user.iter().rev().find(|s| s.id == id).or_else(|| self.builtin.iter().flat_map(Builtin::skus).find(|s| s.id == id))
+        self.user
+            .iter()
+            .rev()
+            .find(|s| s.id == id)
+            .or_else(|| self.builtin.iter().flat_map(Builtin::skus).find(|s| s.id == id))
     }
 
     /// The SKU for a PCI function. A match on subsystem ids beats a plain one; among equals the
@@ -277,7 +285,11 @@ mod tests {
         let registry = SkuRegistry::builtin();
         for &(origin, vendors, text) in BUILTIN {
             for sku in SkuRegistry::parse(origin, text).unwrap() {
-                assert!(sku.pci.iter().all(|m| vendors.contains(&m.vendor)), "{origin}: {} outside its vendor hint", sku.id);
+                assert!(
+                    sku.pci.iter().all(|m| vendors.contains(&m.vendor)),
+                    "{origin}: {} outside its vendor hint",
+                    sku.id
+                );
             }
         }
         let mut ids: Vec<&str> = registry.all().iter().map(|s| s.id.as_str()).collect();
