@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test of accel on a fresh Debian machine, installing what the tests need first:
-# formatting, lints, docs, the dependency-direction invariants, and the whole test suite
-# (unit, snapshot, broken-input and property tests, and the cross-check against hwloc's lstopo).
+# Runs every test of accel on a fresh Debian machine, installing what the tests need first
+# (Debian packages, and a .venv with Ray 2.60 and the accel Python package, via scripts/setup.sh):
+# formatting, lints, docs, the dependency-direction invariants, the Rust test suite (unit,
+# snapshot, broken-input and property tests, the cross-check against hwloc's lstopo) and the
+# Python test suite (discovery, placement and transport on a real local Ray cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +16,8 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+bash scripts/setup.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
@@ -33,4 +37,8 @@ for crate in accel-model accel-discover; do
 done
 
 echo "== cargo test"
-cargo test --workspace
+cargo test
+
+echo "== pytest"
+cargo build -q -p accel-cli
+.venv/bin/python -m pytest python/tests

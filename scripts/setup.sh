@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Creates .venv at the repository root with Ray 2.60, numpy and the test tools, and builds and
+# installs the accel Python package (the Rust extension through maturin) into it. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import ray, numpy, pytest" >/dev/null 2>&1 || [ ! -x .venv/bin/maturin ]; then
+  echo "== installing Python packages into .venv"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r python/requirements-dev.txt
+fi
+echo "== building the accel extension into .venv (maturin, profile pyext)"
+VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop -q
