@@ -34,6 +34,24 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     machine
 }
 
+/// What a worker needs in order to see exactly the accelerators `ids` of `machine`: each
+/// plugin isolates the devices it reported, and the environment variables are merged. Devices
+/// whose plugin has no visibility mechanism contribute nothing.
+pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
+    let mut out = Isolation::default();
+    for plugin in plugins {
+        let devices: Vec<&accel_model::Accelerator> = ids
+            .iter()
+            .filter_map(|id| machine.accelerator(id))
+            .filter(|a| a.plugin == plugin.id())
+            .collect();
+        if !devices.is_empty() {
+            out.env.extend(plugin.isolate(&devices).env);
+        }
+    }
+    out
+}
+
 /// Orders accelerators by vendor and PCI address (partitions by their index) and numbers them
 /// within each vendor, the order `CUDA_DEVICE_ORDER=PCI_BUS_ID` and its kin use.
 fn assign_indices(machine: &mut Machine) {
