@@ -32,6 +32,8 @@ enum Command {
     Topo(TopoArgs),
     /// List the SKU registry: the accelerators accel recognises, with their sources.
     Skus(SkusArgs),
+    /// List the captured machines embedded in this binary (use with `--sample NAME`).
+    Samples,
 }
 
 #[derive(Debug, Args)]
@@ -39,6 +41,9 @@ struct SourceArgs {
     /// Read the machine from this directory instead of `/` (a captured tree holding sys/ and proc/).
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
+    /// Read an embedded captured machine instead (see `accel samples`).
+    #[arg(long, value_name = "NAME", conflicts_with = "root")]
+    sample: Option<String>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -114,6 +119,11 @@ fn run(cli: Cli) -> Result<()> {
                 out.write_all(topo::render(&machine).as_bytes())?;
             }
         }
+        Command::Samples => {
+            for name in accel_discover::samples::names() {
+                writeln!(out, "{name}")?;
+            }
+        }
         Command::Skus(args) => {
             let registry = registry(&args.registry)?;
             if args.json {
@@ -134,6 +144,12 @@ fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
 }
 
 fn discover_machine(args: &SourceArgs) -> Result<Machine> {
+    if let Some(name) = &args.sample {
+        let Some(host) = accel_discover::samples::host(name, registry(&args.registry)?) else {
+            bail!("no sample named {name:?}; `accel samples` lists them");
+        };
+        return Ok(discover(&host, &default_plugins()));
+    }
     check_root(&args.root)?;
     let registry = registry(&args.registry)?;
     let mut host = Host::new(&args.root, registry);

@@ -245,7 +245,9 @@ fn matrix(machine: &Machine, s: &mut String) {
     }
     let json = matrix_json(machine);
     let labels: Vec<&str> = json.endpoints.iter().map(|e| e.label.as_str()).collect();
-    let width = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(4) + 1;
+    // Wide enough for every label and every class (`XGMI1`, `ROCE21`), plus a separating space.
+    let widest_class = json.matrix.iter().flatten().map(|c| c.to_string().len()).max().unwrap_or(0);
+    let width = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(4).max(widest_class) + 1;
     let _ = write!(s, "{:width$}", "");
     for label in &labels {
         let _ = write!(s, "{label:>width$}");

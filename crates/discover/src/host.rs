@@ -1,19 +1,64 @@
-//! The host context: the one struct every reader and plugin receives (root directory,
-//! environment snapshot, SKU registry), and the file helpers that turn IO trouble into warnings.
+//! The host context: the one struct every reader and plugin receives (root directory and file
+//! tree, environment snapshot, SKU registry, NVML source, network settings), and the file
+//! helpers that turn IO trouble into warnings.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use accel_model::{SkuRegistry, Warning};
 
+use crate::fs::{Fs, MemTree};
+use crate::nvml::NvmlSource;
+
+/// Platform look-ups over the network (GCE metadata, EC2 IMDS). Off unless a caller turns them on.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    pub enabled: bool,
+    /// GCE metadata server base URL (`http://metadata.google.internal`).
+    pub gce_endpoint: String,
+    /// EC2 instance metadata base URL (`http://169.254.169.254`).
+    pub imds_endpoint: String,
+    /// Total time all look-ups together may take.
+    pub budget: Duration,
+}
+
+impl Default for NetConfig {
+    fn default() -> NetConfig {
+        NetConfig {
+            enabled: false,
+            gce_endpoint: "http://metadata.google.internal".into(),
+            imds_endpoint: "http://169.254.169.254".into(),
+            budget: Duration::from_secs(1),
+        }
+    }
+}
+
 /// Everything discovery may look at. Nothing in this crate reads `/` or `std::env` directly:
 /// a new capability is a new field here.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Host {
     root: PathBuf,
+    fs: Fs,
     env: BTreeMap<String, String>,
     skus: SkuRegistry,
+    nvml: Option<Arc<dyn NvmlSource>>,
+    net: NetConfig,
+    labels_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("root", &self.root)
+            .field("in_memory", &matches!(self.fs, Fs::Memory(_)))
+            .field("nvml", &self.nvml.is_some())
+            .field("net", &self.net)
+            .field("labels_file", &self.labels_file)
+            .finish()
+    }
 }
 
 /// Longest attribute file we read; sysfs attributes are at most a page.
@@ -22,7 +67,67 @@ const MAX_ATTR_BYTES: u64 = 64 * 1024;
 impl Host {
     /// A host rooted at `root` (`/` for the live machine), with an empty environment.
     pub fn new(root: impl Into<PathBuf>, skus: SkuRegistry) -> Host {
-        Host { root: root.into(), env: BTreeMap::new(), skus }
+        Host {
+            root: root.into(),
+            fs: Fs::Real,
+            env: BTreeMap::new(),
+            skus,
+            nvml: None,
+            net: NetConfig::default(),
+            labels_file: None,
+        }
+    }
+
+    /// A host backed by an in-memory tree (an embedded sample or a loaded bundle).
+    pub fn in_memory(tree: Arc<MemTree>, skus: SkuRegistry) -> Host {
+        Host { fs: Fs::Memory(tree), ..Host::new("/", skus) }
+    }
+
+    /// A live NVML (or any other [`NvmlSource`]) for the NVIDIA plugin. Without one, the plugin
+    /// uses a recorded `/accel/nvml.json` in the tree, else the procfs fallback.
+    pub fn with_nvml(mut self, nvml: Arc<dyn NvmlSource>) -> Host {
+        self.nvml = Some(nvml);
+        self
+    }
+
+    pub fn with_net(mut self, net: NetConfig) -> Host {
+        self.net = net;
+        self
+    }
+
+    /// A Kubernetes downward-API labels file (`key="value"` lines) naming this node's domains.
+    pub fn with_labels_file(mut self, path: Option<PathBuf>) -> Host {
+        self.labels_file = path;
+        self
+    }
+
+    pub fn nvml(&self) -> Option<&dyn NvmlSource> {
+        self.nvml.as_deref()
+    }
+
+    pub fn net(&self) -> &NetConfig {
+        &self.net
+    }
+
+    pub fn labels_file(&self) -> Option<&Path> {
+        self.labels_file.as_deref()
+    }
+
+    /// Whether a path exists in the tree (following symlinks).
+    pub fn exists(&self, path: &Path) -> bool {
+        self.fs.exists(path)
+    }
+
+    /// Reads a whole file of up to `limit` bytes as text (`None` when missing; warns otherwise).
+    pub fn read_text(&self, path: &Path, limit: u64, source: &str, warnings: &mut Vec<Warning>) -> Option<String> {
+        match self.fs.read(path, limit).and_then(utf8) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => {
+                warnings.push(self.warning(source, path, format!("unreadable: {e}")));
+                None
+            }
+        }
     }
 
     /// Sets the environment snapshot plugins may consult (`TPU_*`, `NVIDIA_VISIBLE_DEVICES`...).
@@ -59,7 +164,7 @@ impl Host {
     /// Reads a small text attribute, trimmed. A missing file is `None` silently; any other
     /// failure (permission, not UTF-8, too large) is `None` plus a warning.
     pub fn read_attr(&self, path: &Path, source: &str, warnings: &mut Vec<Warning>) -> Option<String> {
-        match read_small(path) {
+        match self.fs.read(path, MAX_ATTR_BYTES).and_then(utf8) {
             Ok(text) => Some(text.trim().to_owned()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
@@ -88,10 +193,8 @@ impl Host {
 
     /// Sorted names in a directory; a missing directory is empty, other errors warn.
     pub fn list_dir(&self, path: &Path, source: &str, warnings: &mut Vec<Warning>) -> Vec<String> {
-        match std::fs::read_dir(path) {
-            Ok(entries) => {
-                let mut names: Vec<String> =
-                    entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect();
+        match self.fs.read_dir(path) {
+            Ok(mut names) => {
                 names.sort();
                 names
             }
@@ -107,7 +210,7 @@ impl Host {
     /// link's directory; absolute ones are re-rooted, so a capture never reaches the live `/`.
     /// `None` when `path` is not a symlink.
     pub fn resolve_link(&self, path: &Path) -> Option<PathBuf> {
-        let target = std::fs::read_link(path).ok()?;
+        let target = self.fs.read_link(path)?;
         let base =
             if target.is_absolute() { self.root.clone() } else { path.parent().unwrap_or(&self.root).to_path_buf() };
         Some(self.normalize(&base, &target))
@@ -135,24 +238,6 @@ impl Host {
     }
 }
 
-fn read_small(path: &Path) -> io::Result<String> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    // sysfs hands over a whole attribute in the first read, so a short read means the end: this
-    // saves the extra read-to-EOF call per file, which is most of discovery's system time.
-    let mut bytes = vec![0u8; 4096];
-    let mut len = 0;
-    loop {
-        let n = file.read(&mut bytes[len..])?;
-        len += n;
-        if len as u64 > MAX_ATTR_BYTES {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "larger than 64 KiB"));
-        }
-        if n == 0 || len < bytes.len() {
-            break;
-        }
-        bytes.resize(bytes.len() * 2, 0);
-    }
-    bytes.truncate(len);
+fn utf8(bytes: Vec<u8>) -> io::Result<String> {
     String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }

@@ -5,15 +5,22 @@
 //! ([`Vendor`]) then add accelerators, links and domains. Broken input becomes a warning in the
 //! machine's report, never a panic.
 
+pub mod amd;
+pub mod fs;
 mod generic;
 mod host;
 pub mod linux;
+pub mod nvidia;
+pub mod nvml;
 mod plugin;
+pub mod samples;
 mod skufiles;
 
+pub use amd::Amd;
 pub use generic::GenericPci;
-pub use host::Host;
-pub use plugin::{default_plugins, Isolation, Report, Vendor};
+pub use host::{Host, NetConfig};
+pub use nvidia::Nvidia;
+pub use plugin::{default_plugins, pci_accelerator, Isolation, Report, Vendor};
 pub use skufiles::{load_registry, SkuLoadError};
 
 use accel_model::Machine;
@@ -40,11 +47,8 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
 pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
     let mut out = Isolation::default();
     for plugin in plugins {
-        let devices: Vec<&accel_model::Accelerator> = ids
-            .iter()
-            .filter_map(|id| machine.accelerator(id))
-            .filter(|a| a.plugin == plugin.id())
-            .collect();
+        let devices: Vec<&accel_model::Accelerator> =
+            ids.iter().filter_map(|id| machine.accelerator(id)).filter(|a| a.plugin == plugin.id()).collect();
         if !devices.is_empty() {
             out.env.extend(plugin.isolate(&devices).env);
         }

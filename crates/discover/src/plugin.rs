@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, Domain, Link, Machine, Warning};
+use accel_model::{Accelerator, Domain, Link, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
 
-use crate::{GenericPci, Host};
+use crate::{Amd, GenericPci, Host, Nvidia};
 
 /// One accelerator family's read-only view of a host.
 pub trait Vendor: Send + Sync {
@@ -38,5 +38,57 @@ pub struct Isolation {
 /// Every plugin this build knows, in the order they run. The generic PCI plugin runs last and
 /// picks up whatever no vendor plugin claimed.
 pub fn default_plugins() -> Vec<Box<dyn Vendor>> {
-    vec![Box::new(GenericPci)]
+    vec![Box::new(Nvidia), Box::new(Amd), Box::new(GenericPci)]
+}
+
+/// An accelerator for a PCI function, filled from the PCI node and the SKU registry; plugins
+/// then add what their vendor interface knows (memory, UUID, serial, partition).
+pub fn pci_accelerator(host: &Host, node: &PciNode, vendor: &str, plugin: &str) -> Accelerator {
+    let sku = node
+        .vendor
+        .zip(node.device)
+        .and_then(|(v, d)| host.skus().lookup(v, d, node.subsystem_vendor.zip(node.subsystem_device)));
+    Accelerator {
+        id: format!("{vendor}-{}", node.id),
+        index: 0,
+        vendor: vendor.to_owned(),
+        plugin: plugin.to_owned(),
+        sku: sku.map(|s| s.id.clone()),
+        product: match (sku, node.vendor.zip(node.device)) {
+            (Some(s), _) => s.product.clone(),
+            (None, Some((v, d))) => format!("unknown device {v}:{d}"),
+            (None, None) => "unknown device".to_owned(),
+        },
+        family: sku.map(|s| s.family.clone()),
+        architecture: sku.and_then(|s| s.architecture.clone()),
+        pci: node.address,
+        pci_vendor: node.vendor,
+        pci_device: node.device,
+        numa_node: node.numa_node,
+        memory_bytes: sku.and_then(|s| s.memory_bytes),
+        memory_numa_node: None,
+        uuid: None,
+        serial: None,
+        partition: None,
+    }
+}
+
+/// PCI endpoints of one vendor whose class passes `class_ok`.
+pub fn pci_functions<'m>(
+    platform: &'m Machine,
+    vendor: u16,
+    class_ok: impl Fn(PciClass) -> bool + 'm,
+) -> impl Iterator<Item = &'m PciNode> + 'm {
+    platform.pci.iter().filter(move |n| {
+        n.kind == PciNodeKind::Endpoint
+            && n.vendor == Some(PciId(vendor))
+            && n.address.is_some()
+            && n.class.is_none_or(&class_ok)
+    })
+}
+
+/// Bandwidth of `count` links of an accelerator's SKU, where the registry knows its scale-up.
+pub fn link_gbps(host: &Host, acc: &Accelerator, count: u32) -> Option<f64> {
+    let sku = host.skus().get(acc.sku.as_deref()?)?;
+    sku.scale_up.map(|s| s.gbps_per_link() * f64::from(count))
 }

@@ -1,0 +1,259 @@
+//! The AMD plugin: GPUs from the KFD topology (`/sys/class/kfd/kfd/topology/nodes`), with xGMI
+//! links from `io_links` (type 11), hives, and CPX/DPX partitions grouped by `unique_id`; VRAM
+//! and partition modes from the amdgpu PCI sysfs files. GPUs on PCI that KFD does not list are
+//! still reported, from PCI alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accel_model::{Accelerator, Link, LinkKind, Machine, Partition, PciAddr, Warning};
+
+use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::{Host, Isolation, Report, Vendor};
+
+const SRC: &str = "amd";
+const KFD: &str = "/sys/class/kfd/kfd/topology/nodes";
+/// `HSA_IOLINK_TYPE_XGMI` in `include/uapi/linux/kfd_sysfs.h`.
+pub const IOLINK_XGMI: u64 = 11;
+/// `HSA_IOLINK_TYPE_PCIEXPRESS`.
+pub const IOLINK_PCIE: u64 = 2;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Amd;
+
+/// Parses a KFD `properties` file: `key value` lines with unsigned decimal values. Lines that
+/// do not fit are skipped (and counted, so the caller can warn).
+pub fn parse_properties(text: &str) -> (BTreeMap<String, u64>, usize) {
+    let mut out = BTreeMap::new();
+    let mut bad = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut parts = line.split_whitespace();
+        match (parts.next(), parts.next().and_then(|v| v.parse::<u64>().ok()), parts.next()) {
+            (Some(k), Some(v), None) => {
+                out.insert(k.to_owned(), v);
+            }
+            _ => bad += 1,
+        }
+    }
+    (out, bad)
+}
+
+/// The PCI address KFD encodes in `domain` and `location_id` (`bus << 8 | device << 3 | function`).
+pub fn kfd_pci_addr(domain: u64, location_id: u64) -> Option<PciAddr> {
+    if domain > 0xffff_ffff || location_id > 0xffff {
+        return None;
+    }
+    format!("{:04x}:{:02x}:{:02x}.{}", domain, location_id >> 8, (location_id >> 3) & 0x1f, location_id & 7)
+        .parse()
+        .ok()
+}
+
+#[derive(Debug)]
+struct KfdNode {
+    id: u32,
+    props: BTreeMap<String, u64>,
+    io_links: Vec<BTreeMap<String, u64>>,
+}
+
+impl KfdNode {
+    fn get(&self, key: &str) -> u64 {
+        self.props.get(key).copied().unwrap_or(0)
+    }
+    fn is_gpu(&self) -> bool {
+        self.get("simd_count") > 0 && self.get("cpu_cores_count") == 0
+    }
+}
+
+fn read_kfd(host: &Host, warnings: &mut Vec<Warning>) -> Vec<KfdNode> {
+    let dir = host.path(KFD);
+    let mut nodes = Vec::new();
+    for name in host.list_dir(&dir, SRC, warnings) {
+        let Ok(id) = name.parse::<u32>() else { continue };
+        let node_dir = dir.join(&name);
+        let path = node_dir.join("properties");
+        let Some(text) = host.read_attr(&path, SRC, warnings) else { continue };
+        let (props, bad) = parse_properties(&text);
+        if bad > 0 {
+            warnings.push(host.warning(SRC, &path, format!("{bad} unparsable lines skipped")));
+        }
+        let mut io_links = Vec::new();
+        let links_dir = node_dir.join("io_links");
+        for l in host.list_dir(&links_dir, SRC, warnings) {
+            let p = links_dir.join(&l).join("properties");
+            if let Some(text) = host.read_attr(&p, SRC, warnings) {
+                io_links.push(parse_properties(&text).0);
+            }
+        }
+        nodes.push(KfdNode { id, props, io_links });
+    }
+    nodes.sort_by_key(|n| n.id);
+    nodes
+}
+
+impl Vendor for Amd {
+    fn id(&self) -> &'static str {
+        "amd"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let mut report = Report::default();
+        let kfd = read_kfd(host, &mut report.warnings);
+        let cpu_nodes: Vec<u32> = kfd.iter().filter(|n| n.get("cpu_cores_count") > 0).map(|n| n.id).collect();
+        let gpu_nodes: Vec<&KfdNode> = kfd.iter().filter(|n| n.is_gpu()).collect();
+        // Partitions of one physical GPU share unique_id (and the PCI device, function = partition).
+        let mut group_size: BTreeMap<u64, u32> = BTreeMap::new();
+        for n in &gpu_nodes {
+            if n.get("unique_id") != 0 {
+                *group_size.entry(n.get("unique_id")).or_default() += 1;
+            }
+        }
+        let mut by_node: BTreeMap<u32, String> = BTreeMap::new();
+        let mut physical_of: BTreeMap<String, u64> = BTreeMap::new();
+        let mut seen_part: BTreeMap<u64, u32> = BTreeMap::new();
+        let mut claimed: BTreeSet<PciAddr> = BTreeSet::new();
+        for n in &gpu_nodes {
+            let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")) else {
+                report.warnings.push(Warning {
+                    source: SRC.into(),
+                    path: Some(format!("{KFD}/{}/properties", n.id)),
+                    message: "domain/location_id do not form a PCI address; node skipped".into(),
+                });
+                continue;
+            };
+            let physical_addr: PciAddr = kfd_pci_addr(n.get("domain"), n.get("location_id") & !7).unwrap_or(addr);
+            let unique = n.get("unique_id");
+            let parts = group_size.get(&unique).copied().unwrap_or(1);
+            let node = platform.pci_device(physical_addr).or_else(|| platform.pci_device(addr));
+            let mut acc = match node {
+                Some(node) => pci_accelerator(host, node, "amd", "amd"),
+                None => {
+                    let dev = accel_model::PciId((n.get("device_id") & 0xffff) as u16);
+                    let mut fake =
+                        accel_model::PciNode::new(physical_addr.to_string(), accel_model::PciNodeKind::Endpoint, None);
+                    fake.vendor = Some(accel_model::PciId(0x1002));
+                    fake.device = Some(dev);
+                    pci_accelerator(host, &fake, "amd", "amd")
+                }
+            };
+            // NUMA: the PCI node's, else the CPU node KFD links this GPU to over PCIe.
+            if acc.numa_node.is_none() {
+                acc.numa_node = n
+                    .io_links
+                    .iter()
+                    .filter(|l| l.get("type") == Some(&IOLINK_PCIE))
+                    .filter_map(|l| l.get("node_to").and_then(|&t| u32::try_from(t).ok()))
+                    .find_map(|t| cpu_nodes.iter().position(|&c| c == t))
+                    .and_then(|p| u32::try_from(p).ok())
+                    .filter(|p| platform.numa_node(*p).is_some() || platform.numa_nodes.len() <= 1);
+            }
+            let sys = host.path(&format!("/sys/bus/pci/devices/{physical_addr}"));
+            if let Some(vram) =
+                host.parse_attr(&sys.join("mem_info_vram_total"), SRC, &mut report.warnings, |t| t.parse::<u64>().ok())
+            {
+                acc.memory_bytes = Some(vram);
+            }
+            if unique != 0 {
+                acc.serial = Some(format!("{unique:016x}"));
+            }
+            if parts > 1 {
+                let k = seen_part.entry(unique).or_default();
+                let mode = host
+                    .read_attr(&sys.join("current_compute_partition"), SRC, &mut report.warnings)
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| match parts {
+                        2 => "DPX".into(),
+                        3 => "TPX".into(),
+                        4 => "QPX".into(),
+                        _ => "CPX".into(),
+                    });
+                acc.id = format!("amd-{physical_addr}-p{k}");
+                acc.partition = Some(Partition { physical_id: format!("amd-{physical_addr}"), index: *k, mode });
+                *k += 1;
+            }
+            acc.pci = Some(physical_addr);
+            claimed.insert(physical_addr);
+            by_node.insert(n.id, acc.id.clone());
+            physical_of.insert(acc.id.clone(), unique);
+            report.accelerators.push(acc);
+        }
+        // xGMI links between different physical GPUs (links inside one package are not xGMI hops).
+        let mut pairs: BTreeMap<(String, String), Option<u64>> = BTreeMap::new();
+        for n in &gpu_nodes {
+            let Some(from) = by_node.get(&n.id) else { continue };
+            for l in n.io_links.iter().filter(|l| l.get("type") == Some(&IOLINK_XGMI)) {
+                let Some(to) = l.get("node_to").and_then(|&t| u32::try_from(t).ok()).and_then(|t| by_node.get(&t))
+                else {
+                    continue;
+                };
+                if to == from || (physical_of[from] != 0 && physical_of[from] == physical_of[to]) {
+                    continue;
+                }
+                let key = if from < to { (from.clone(), to.clone()) } else { (to.clone(), from.clone()) };
+                let bw = l.get("max_bandwidth").copied().filter(|&b| b > 0);
+                pairs.entry(key).or_insert(bw);
+            }
+        }
+        let accs: BTreeMap<&str, &Accelerator> = report.accelerators.iter().map(|a| (a.id.as_str(), a)).collect();
+        let links: Vec<Link> = pairs
+            .into_iter()
+            .map(|((a, b), bw)| {
+                // KFD's bandwidth is MB/s one way; the model wants GB/s both ways.
+                let gbps = bw.map(|mbps| mbps as f64 * 2.0 / 1000.0).or_else(|| link_gbps(host, accs[a.as_str()], 1));
+                Link { a, b, kind: LinkKind::Xgmi, count: 1, gbps }
+            })
+            .collect();
+        report.links = links;
+        // AMD GPUs on PCI without a KFD node (driver not loaded): report them from PCI.
+        let mut missing = Vec::new();
+        for node in pci_functions(platform, 0x1002, |c| c.base() == 0x03 || c.base() == 0x12) {
+            let addr = node.address.expect("filtered");
+            if claimed.contains(&addr) {
+                continue;
+            }
+            let acc = pci_accelerator(host, node, "amd", "amd");
+            if acc.sku.is_some() || node.class.is_some_and(|c| c.base() == 0x12) {
+                missing.push(addr.to_string());
+                report.accelerators.push(acc);
+            }
+        }
+        if !missing.is_empty() && !gpu_nodes.is_empty() {
+            report.warnings.push(Warning {
+                source: SRC.into(),
+                path: Some(KFD.into()),
+                message: format!("GPUs {} are on PCI but not in the KFD topology", missing.join(", ")),
+            });
+        }
+        report
+    }
+
+    fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+        let mut isolation = Isolation::default();
+        isolation.env.insert("HIP_VISIBLE_DEVICES".into(), list.join(","));
+        isolation.env.insert("ROCR_VISIBLE_DEVICES".into(), list.join(","));
+        isolation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn properties_and_addresses() {
+        let (p, bad) = parse_properties("hive_id 12609507387757274807\nlocation_id 17152\nname gfx\n\n");
+        assert_eq!(p["hive_id"], 12609507387757274807);
+        assert_eq!(bad, 1);
+        assert_eq!(kfd_pci_addr(0, 17152), Some("0000:43:00.0".parse().unwrap()));
+        assert_eq!(kfd_pci_addr(0, 1283), Some("0000:05:00.3".parse().unwrap()));
+        assert_eq!(kfd_pci_addr(0, 1 << 20), None);
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(text in ".{0,80}", d: u64, l: u64) {
+            let _ = parse_properties(&text);
+            let _ = kfd_pci_addr(d, l);
+        }
+    }
+}

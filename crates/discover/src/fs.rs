@@ -1,0 +1,340 @@
+//! The file tree discovery reads: the real filesystem under a root, or an in-memory tree loaded
+//! from a capture bundle (the samples embedded in the binary, and captures in tests).
+//!
+//! A bundle is a small text format of our own, so embedding a machine needs no archive crate:
+//!
+//! ```text
+//! accel-capture 1
+//! D /sys/devices/system/node
+//! F /sys/devices/system/node/online 4
+//! 0-1
+//!
+//! L /sys/bus/pci/devices/0000:18:00.0 ../../../devices/pci0000:00/0000:00:01.0/0000:18:00.0
+//! ```
+//!
+//! `F path len` is followed by exactly `len` bytes and a newline; `L path target` is a symlink;
+//! `D path` an (otherwise empty) directory. Paths are absolute in-machine paths without spaces.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+/// The first line of every bundle.
+pub const BUNDLE_MAGIC: &str = "accel-capture 1";
+
+/// Where [`crate::Host`] reads its files.
+#[derive(Debug, Clone)]
+pub enum Fs {
+    /// The real filesystem; paths are already under the host's root.
+    Real,
+    /// An in-memory tree; paths are absolute in-machine paths.
+    Memory(Arc<MemTree>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    File(Vec<u8>),
+    Link(PathBuf),
+    Dir,
+}
+
+/// An in-memory file tree: files, symlinks and directories by absolute path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemTree {
+    entries: BTreeMap<PathBuf, Entry>,
+    children: BTreeMap<PathBuf, BTreeSet<String>>,
+}
+
+/// Why a bundle could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BundleError {
+    #[error("not an accel capture bundle (first line is not {BUNDLE_MAGIC:?})")]
+    Magic,
+    #[error("bundle line {line}: {message}")]
+    Syntax { line: usize, message: String },
+}
+
+impl MemTree {
+    pub fn new() -> MemTree {
+        MemTree::default()
+    }
+
+    /// Adds a file (and its parent directories).
+    pub fn add_file(&mut self, path: impl Into<PathBuf>, content: impl Into<Vec<u8>>) {
+        let path = path.into();
+        self.add_parents(&path);
+        self.entries.insert(path, Entry::File(content.into()));
+    }
+
+    /// Adds a symlink whose target is relative to its directory, or absolute in the machine.
+    pub fn add_link(&mut self, path: impl Into<PathBuf>, target: impl Into<PathBuf>) {
+        let path = path.into();
+        self.add_parents(&path);
+        self.entries.insert(path, Entry::Link(target.into()));
+    }
+
+    pub fn add_dir(&mut self, path: impl Into<PathBuf>) {
+        let path = path.into();
+        self.add_parents(&path);
+        self.entries.entry(path).or_insert(Entry::Dir);
+    }
+
+    fn add_parents(&mut self, path: &Path) {
+        let mut child = path;
+        while let Some(parent) = child.parent() {
+            if let Some(name) = child.file_name().and_then(|n| n.to_str()) {
+                self.children.entry(parent.to_path_buf()).or_default().insert(name.to_owned());
+            }
+            if parent.as_os_str().is_empty() || parent == Path::new("/") {
+                break;
+            }
+            self.entries.entry(parent.to_path_buf()).or_insert(Entry::Dir);
+            child = parent;
+        }
+    }
+
+    /// Number of files, links and directories.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Parses a bundle. Syntax errors are errors: a bundle is written by our own tools.
+    pub fn parse_bundle(bytes: &[u8]) -> Result<MemTree, BundleError> {
+        let mut tree = MemTree::new();
+        let mut pos = 0;
+        let mut line_no = 0;
+        let next_line = |pos: &mut usize| -> Option<&[u8]> {
+            if *pos >= bytes.len() {
+                return None;
+            }
+            let end = bytes[*pos..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |i| *pos + i);
+            let line = &bytes[*pos..end];
+            *pos = end + 1;
+            Some(line)
+        };
+        if next_line(&mut pos) != Some(BUNDLE_MAGIC.as_bytes()) {
+            return Err(BundleError::Magic);
+        }
+        line_no += 1;
+        while let Some(line) = next_line(&mut pos) {
+            line_no += 1;
+            if line.is_empty() {
+                continue;
+            }
+            let syntax = |message: &str| BundleError::Syntax { line: line_no, message: message.to_owned() };
+            let text = std::str::from_utf8(line).map_err(|_| syntax("not UTF-8"))?;
+            let mut parts = text.splitn(3, ' ');
+            let (kind, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            if !path.starts_with('/') {
+                return Err(syntax("path must be absolute"));
+            }
+            match kind {
+                "F" => {
+                    let len: usize = parts.next().and_then(|l| l.parse().ok()).ok_or_else(|| syntax("bad length"))?;
+                    let end = pos.checked_add(len).filter(|&e| e <= bytes.len()).ok_or_else(|| syntax("truncated"))?;
+                    tree.add_file(path, &bytes[pos..end]);
+                    pos = end + 1;
+                }
+                "L" => tree.add_link(path, parts.next().ok_or_else(|| syntax("link without target"))?),
+                "D" => tree.add_dir(path),
+                _ => return Err(syntax("unknown entry kind")),
+            }
+        }
+        Ok(tree)
+    }
+
+    /// Writes the tree as a bundle (entries in path order, so output is stable).
+    pub fn to_bundle(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(BUNDLE_MAGIC.as_bytes());
+        out.push(b'\n');
+        for (path, entry) in &self.entries {
+            let p = path.display();
+            match entry {
+                Entry::File(bytes) => {
+                    out.extend_from_slice(format!("F {p} {}\n", bytes.len()).as_bytes());
+                    out.extend_from_slice(bytes);
+                    out.push(b'\n');
+                }
+                Entry::Link(target) => out.extend_from_slice(format!("L {p} {}\n", target.display()).as_bytes()),
+                Entry::Dir if !self.children.contains_key(path) => out.extend_from_slice(format!("D {p}\n").as_bytes()),
+                Entry::Dir => {}
+            }
+        }
+        out
+    }
+
+    /// Follows symlinks in every component of `path` (at most 40 hops).
+    fn resolve(&self, path: &Path, follow_last: bool) -> Option<PathBuf> {
+        let mut todo: Vec<Component> = path.components().collect();
+        todo.reverse();
+        let mut out = PathBuf::from("/");
+        let mut hops = 0;
+        while let Some(c) = todo.pop() {
+            match c {
+                Component::Normal(part) => {
+                    out.push(part);
+                    let last = todo.is_empty();
+                    if let Some(Entry::Link(target)) = self.entries.get(&out) {
+                        if last && !follow_last {
+                            break;
+                        }
+                        hops += 1;
+                        if hops > 40 {
+                            return None;
+                        }
+                        out.pop();
+                        if target.is_absolute() {
+                            out = PathBuf::from("/");
+                        }
+                        todo.extend(target.components().collect::<Vec<_>>().into_iter().rev());
+                    }
+                }
+                Component::ParentDir => {
+                    out.pop();
+                }
+                _ => {}
+            }
+        }
+        Some(out)
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        match self.resolve(path, true).and_then(|p| self.entries.get(&p)) {
+            Some(Entry::File(bytes)) => Ok(bytes.clone()),
+            Some(_) => Err(io::Error::other("is a directory")),
+            None => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let resolved = self.resolve(path, true).ok_or(io::ErrorKind::NotFound)?;
+        match self.entries.get(&resolved) {
+            Some(Entry::Dir) => {
+                Ok(self.children.get(&resolved).map(|c| c.iter().cloned().collect()).unwrap_or_default())
+            }
+            Some(_) => Err(io::Error::other("not a directory")),
+            None if resolved == Path::new("/") => {
+                Ok(self.children.get(&resolved).map(|c| c.iter().cloned().collect()).unwrap_or_default())
+            }
+            None => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+
+    fn read_link(&self, path: &Path) -> Option<PathBuf> {
+        let resolved = self.resolve(path, false)?;
+        match self.entries.get(&resolved) {
+            Some(Entry::Link(target)) => Some(target.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl Fs {
+    pub(crate) fn read(&self, path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+        match self {
+            Fs::Real => read_small(path, limit),
+            Fs::Memory(tree) => {
+                let bytes = tree.read(path)?;
+                if bytes.len() as u64 > limit {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "too large"));
+                }
+                Ok(bytes)
+            }
+        }
+    }
+
+    pub(crate) fn read_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        match self {
+            Fs::Real => Ok(std::fs::read_dir(path)?
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()),
+            Fs::Memory(tree) => tree.read_dir(path),
+        }
+    }
+
+    pub(crate) fn read_link(&self, path: &Path) -> Option<PathBuf> {
+        match self {
+            Fs::Real => std::fs::read_link(path).ok(),
+            Fs::Memory(tree) => tree.read_link(path),
+        }
+    }
+
+    pub(crate) fn exists(&self, path: &Path) -> bool {
+        match self {
+            Fs::Real => path.exists(),
+            Fs::Memory(tree) => tree.resolve(path, true).is_some_and(|p| tree.entries.contains_key(&p)),
+        }
+    }
+}
+
+fn read_small(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    // sysfs hands over a whole attribute in the first read, so a short read means the end: this
+    // saves the extra read-to-EOF call per file, which is most of discovery's system time.
+    let mut bytes = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        let n = file.read(&mut bytes[len..])?;
+        len += n;
+        if len as u64 > limit {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("larger than {} KiB", limit / 1024)));
+        }
+        if n == 0 || len < bytes.len() {
+            break;
+        }
+        bytes.resize(bytes.len() * 2, 0);
+    }
+    bytes.truncate(len);
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip_and_links() {
+        let mut t = MemTree::new();
+        t.add_file("/sys/devices/pci0000:00/0000:00:01.0/numa_node", "0\n");
+        t.add_link("/sys/bus/pci/devices/0000:00:01.0", "../../../devices/pci0000:00/0000:00:01.0");
+        t.add_link("/abs", "/sys/devices");
+        t.add_dir("/proc/empty");
+        let t2 = MemTree::parse_bundle(&t.to_bundle()).unwrap();
+        assert_eq!(t, t2);
+        assert_eq!(t.read(Path::new("/sys/bus/pci/devices/0000:00:01.0/numa_node")).unwrap(), b"0\n");
+        assert_eq!(t.read_dir(Path::new("/abs")).unwrap(), vec!["pci0000:00"]);
+        assert_eq!(t.read_dir(Path::new("/proc/empty")).unwrap(), Vec::<String>::new());
+        assert!(t.read_link(Path::new("/sys/bus/pci/devices/0000:00:01.0")).is_some());
+        assert_eq!(t.read(Path::new("/nope")).unwrap_err().kind(), io::ErrorKind::NotFound);
+        let mut cyc = MemTree::new();
+        cyc.add_link("/a", "/b");
+        cyc.add_link("/b", "/a");
+        assert!(cyc.read(Path::new("/a/x")).is_err());
+    }
+
+    #[test]
+    fn bad_bundles() {
+        assert_eq!(MemTree::parse_bundle(b"zip"), Err(BundleError::Magic));
+        assert!(MemTree::parse_bundle(b"accel-capture 1\nF /a 99\nxx").is_err());
+        assert!(MemTree::parse_bundle(b"accel-capture 1\nQ /a\n").is_err());
+        assert!(MemTree::parse_bundle(b"accel-capture 1\nF a 1\nx\n").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut input = b"accel-capture 1\n".to_vec();
+            input.extend(bytes);
+            let _ = MemTree::parse_bundle(&input);
+        }
+    }
+}

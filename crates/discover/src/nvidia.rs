@@ -1,0 +1,262 @@
+//! The NVIDIA plugin: GPUs from NVML (live or recorded) with memory, UUID, serial, NVLink
+//! (direct, through NVSwitch, C2C) and the NVLink fabric clique; without NVML, from procfs
+//! (`/proc/driver/nvidia/gpus/*/information`) with a warning that links are unknown.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, Machine, PciAddr, Warning};
+
+use crate::nvml::{parse_recorded, NvmlSnapshot, RemoteType};
+use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::{Host, Isolation, Report, Vendor};
+
+const SRC: &str = "nvidia";
+/// Where a capture keeps its NVML recording.
+pub const RECORDED_NVML: &str = "/accel/nvml.json";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Nvidia;
+
+/// NVIDIA GPUs on PCI: vendor 0x10de, display or 3D class (NVSwitch chips are class 0x0680).
+fn is_gpu_class(class: accel_model::PciClass) -> bool {
+    class.base() == 0x03
+}
+
+impl Vendor for Nvidia {
+    fn id(&self) -> &'static str {
+        "nvidia"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let mut report = Report::default();
+        let mut gpus: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x10de, is_gpu_class)
+            .map(|n| (n.address.expect("filtered"), pci_accelerator(host, n, "nvidia", "nvidia")))
+            .collect();
+        let snapshot = match host.nvml() {
+            Some(source) => source.snapshot(),
+            None => match host.read_text(&host.path(RECORDED_NVML), 16 << 20, SRC, &mut report.warnings) {
+                Some(text) => parse_recorded(&text),
+                None => Err("NVML is not available".to_owned()),
+            },
+        };
+        match snapshot {
+            Ok(snapshot) => apply_nvml(host, &snapshot, &mut gpus, &mut report),
+            Err(e) => {
+                procfs(host, &mut gpus, &mut report.warnings);
+                if !gpus.is_empty() {
+                    report.warnings.push(Warning {
+                        source: SRC.into(),
+                        path: None,
+                        message: format!("{e}; NVLink links and fabric are unknown (read from procfs only)"),
+                    });
+                }
+            }
+        }
+        report.accelerators = gpus.into_values().collect();
+        report
+    }
+
+    fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        let mut isolation = Isolation::default();
+        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+        isolation.env.insert("CUDA_VISIBLE_DEVICES".into(), list.join(","));
+        isolation
+    }
+}
+
+fn parse_bus_id(text: &str) -> Option<PciAddr> {
+    text.trim().to_ascii_lowercase().parse().ok()
+}
+
+fn apply_nvml(host: &Host, snap: &NvmlSnapshot, gpus: &mut BTreeMap<PciAddr, Accelerator>, report: &mut Report) {
+    for e in &snap.errors {
+        report.warnings.push(Warning { source: SRC.into(), path: None, message: format!("NVML: {e}") });
+    }
+    // GPU bus id -> accelerator id, for every device NVML lists.
+    let mut by_pci: BTreeMap<PciAddr, String> = BTreeMap::new();
+    for dev in &snap.devices {
+        let Some(addr) = parse_bus_id(&dev.pci_bus_id) else {
+            report.warnings.push(Warning {
+                source: SRC.into(),
+                path: None,
+                message: format!("NVML device {} has an unparsable PCI bus id {:?}", dev.index, dev.pci_bus_id),
+            });
+            continue;
+        };
+        let acc = gpus.entry(addr).or_insert_with(|| {
+            // NVML sees a GPU the PCI tree does not (a container with a partial /sys).
+            let mut a = Accelerator {
+                id: format!("nvidia-{addr}"),
+                index: 0,
+                vendor: "nvidia".into(),
+                plugin: "nvidia".into(),
+                sku: None,
+                product: String::new(),
+                family: None,
+                architecture: None,
+                pci: Some(addr),
+                pci_vendor: None,
+                pci_device: None,
+                numa_node: None,
+                memory_bytes: None,
+                memory_numa_node: None,
+                uuid: None,
+                serial: None,
+                partition: None,
+            };
+            a.product = dev.name.clone().unwrap_or_else(|| "NVIDIA GPU".into());
+            a
+        });
+        if acc.sku.is_none() {
+            if let Some(name) = &dev.name {
+                acc.product = name.clone();
+            }
+        }
+        acc.uuid = dev.uuid.clone().or(acc.uuid.take());
+        acc.serial = dev.serial.clone().filter(|s| !s.is_empty() && s != "N/A");
+        if dev.memory_bytes.is_some() {
+            acc.memory_bytes = dev.memory_bytes;
+        }
+        if dev.mig_enabled == Some(true) {
+            report.warnings.push(Warning {
+                source: SRC.into(),
+                path: None,
+                message: format!("GPU {addr} has MIG enabled; MIG instances are reported as the whole GPU"),
+            });
+        }
+        by_pci.insert(addr, acc.id.clone());
+    }
+    // NVLink: direct GPU links counted per peer, NVSwitch links per GPU.
+    let mut direct: BTreeMap<(String, String), u32> = BTreeMap::new();
+    let mut switch_links: BTreeMap<String, u32> = BTreeMap::new();
+    for dev in &snap.devices {
+        let Some(me) = parse_bus_id(&dev.pci_bus_id).and_then(|a| by_pci.get(&a)) else { continue };
+        for link in dev.nvlinks.iter().filter(|l| l.active) {
+            let remote = link.remote_pci.as_deref().and_then(parse_bus_id);
+            let remote_gpu = remote.and_then(|r| by_pci.get(&r));
+            match (link.remote_type, remote_gpu) {
+                (RemoteType::Gpu, Some(peer)) | (RemoteType::Unknown, Some(peer)) if peer != me => {
+                    let key = if me < peer { (me.clone(), peer.clone()) } else { (peer.clone(), me.clone()) };
+                    *direct.entry(key).or_default() += 1;
+                }
+                (RemoteType::Switch, _) => *switch_links.entry(me.clone()).or_default() += 1,
+                // A hidden remote (empty bus id, as in VMs) is an NVSwitch, as NCCL assumes.
+                (RemoteType::Unknown, None) if remote.is_none() => *switch_links.entry(me.clone()).or_default() += 1,
+                _ => {}
+            }
+        }
+    }
+    let accs: BTreeMap<&str, &Accelerator> = gpus.values().map(|a| (a.id.as_str(), a)).collect();
+    let mut links = Vec::new();
+    for ((a, b), count) in direct {
+        // Both ends report the link: each physical link was counted twice.
+        let count = count.div_ceil(2);
+        let gbps = accs.get(a.as_str()).and_then(|acc| link_gbps(host, acc, count));
+        links.push(Link { a, b, kind: LinkKind::Nvlink, count, gbps });
+    }
+    let switched: Vec<(&String, &u32)> = switch_links.iter().collect();
+    for (i, (a, ca)) in switched.iter().enumerate() {
+        for (b, cb) in &switched[i + 1..] {
+            let count = (**ca).min(**cb);
+            let gbps = accs.get(a.as_str()).and_then(|acc| link_gbps(host, acc, count));
+            links.push(Link { a: (*a).clone(), b: (*b).clone(), kind: LinkKind::Nvswitch, count, gbps });
+        }
+    }
+    report.links.extend(links);
+    // The NVLink clique: GPUs whose fabric registration completed, grouped by cluster and clique.
+    let mut cliques: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for dev in &snap.devices {
+        let (Some(fabric), Some(id)) = (&dev.fabric, parse_bus_id(&dev.pci_bus_id).and_then(|a| by_pci.get(&a))) else {
+            continue;
+        };
+        match fabric.clique() {
+            Some(name) => {
+                cliques.entry(name).or_default().insert(id.clone());
+            }
+            None if fabric.state == crate::nvml::NvmlFabric::STATE_COMPLETED => report.warnings.push(Warning {
+                source: SRC.into(),
+                path: None,
+                message: format!(
+                    "GPU {id}: NVLink fabric registration completed with status {} and cluster {:?}; clique ignored",
+                    fabric.status, fabric.cluster_uuid
+                ),
+            }),
+            None => {}
+        }
+    }
+    for (name, members) in cliques {
+        report.domains.push(Domain {
+            kind: DomainKind::NvlinkClique,
+            name,
+            source: "nvml-fabric".into(),
+            accelerators: members.into_iter().collect(),
+        });
+    }
+}
+
+/// What `/proc/driver/nvidia/gpus/<bdf>/information` says: `Model:`, `GPU UUID:`, `Bus Location:`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub model: Option<String>,
+    pub uuid: Option<String>,
+    pub bus: Option<PciAddr>,
+}
+
+pub fn parse_proc_information(text: &str) -> ProcInfo {
+    let mut info = ProcInfo::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else { continue };
+        let value = value.trim();
+        match key.trim() {
+            "Model" if !value.is_empty() => info.model = Some(value.to_owned()),
+            "GPU UUID" if value.starts_with("GPU-") => info.uuid = Some(value.to_owned()),
+            "Bus Location" => info.bus = parse_bus_id(value),
+            _ => {}
+        }
+    }
+    info
+}
+
+fn procfs(host: &Host, gpus: &mut BTreeMap<PciAddr, Accelerator>, warnings: &mut Vec<Warning>) {
+    let dir = host.path("/proc/driver/nvidia/gpus");
+    for name in host.list_dir(&dir, SRC, warnings) {
+        let path = dir.join(&name).join("information");
+        let Some(text) = host.read_attr(&path, SRC, warnings) else { continue };
+        let info = parse_proc_information(&text);
+        let Some(addr) = info.bus.or_else(|| parse_bus_id(&name)) else { continue };
+        if let Some(acc) = gpus.get_mut(&addr) {
+            acc.uuid = info.uuid;
+            if acc.sku.is_none() {
+                if let Some(model) = info.model {
+                    acc.product = model;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn proc_information() {
+        let text =
+            "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   0\nGPU UUID: \t GPU-9e8f\nBus Location: \t 0000:1b:00.0\n";
+        let info = parse_proc_information(text);
+        assert_eq!(info.model.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        assert_eq!(info.uuid.as_deref(), Some("GPU-9e8f"));
+        assert_eq!(info.bus, Some("0000:1b:00.0".parse().unwrap()));
+        assert_eq!(parse_proc_information("garbage"), ProcInfo::default());
+        assert_eq!(parse_bus_id("00000000:1B:00.0"), Some("0000:1b:00.0".parse().unwrap()));
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(text in ".{0,80}") {
+            let _ = parse_proc_information(&text);
+            let _ = parse_bus_id(&text);
+        }
+    }
+}

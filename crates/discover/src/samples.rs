@@ -1,0 +1,60 @@
+//! Captured machines embedded in the binary (`accel topo --sample NAME`, `accel samples`), for
+//! demos, the planner's tests and anyone without the hardware. Each is a bundle from
+//! `test_data/hosts/<name>/capture.bundle`, whose README names its sources.
+
+use std::sync::Arc;
+
+use accel_model::{Machine, SkuRegistry};
+
+use crate::fs::MemTree;
+use crate::{default_plugins, discover, Host};
+
+macro_rules! sample {
+    ($name:literal) => {
+        ($name, include_bytes!(concat!("../../../test_data/hosts/", $name, "/capture.bundle")).as_slice())
+    };
+}
+
+/// Every embedded sample, by name.
+const SAMPLES: &[(&str, &[u8])] = &[
+    sample!("dgx-h100"),
+    sample!("hgx-b200"),
+    sample!("gb200-nvl72-tray"),
+    sample!("rtx-pro-6000-server"),
+    sample!("mi300x"),
+    sample!("mi355x"),
+    sample!("mi210-2hive"),
+];
+
+/// Names of the embedded samples, in a stable order.
+pub fn names() -> Vec<&'static str> {
+    SAMPLES.iter().map(|(n, _)| *n).collect()
+}
+
+/// The file tree of a sample.
+pub fn tree(name: &str) -> Option<MemTree> {
+    let (_, bytes) = SAMPLES.iter().find(|(n, _)| *n == name)?;
+    Some(MemTree::parse_bundle(bytes).expect("embedded samples are valid bundles (tested)"))
+}
+
+/// A host reading a sample, with the given registry and no network.
+pub fn host(name: &str, skus: SkuRegistry) -> Option<Host> {
+    Some(Host::in_memory(Arc::new(tree(name)?), skus))
+}
+
+/// The machine discovery finds in a sample, with the built-in registry and every plugin.
+pub fn machine(name: &str) -> Option<Machine> {
+    Some(discover(&host(name, SkuRegistry::builtin())?, &default_plugins()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_sample_loads() {
+        for name in super::names() {
+            let m = super::machine(name).unwrap();
+            assert!(!m.accelerators.is_empty(), "{name}: no accelerators");
+        }
+        assert!(super::machine("nope").is_none());
+    }
+}
