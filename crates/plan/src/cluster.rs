@@ -1,0 +1,281 @@
+//! The cluster the planner places on: named nodes, each a [`Machine`] plus labels, and the
+//! per-node topology the planner precomputes (bandwidth matrix, scale-up islands, NUMA, NICs).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use accel_model::{Endpoint, Machine, PathClass, PathClassifier, SkuRegistry};
+use serde::{Deserialize, Serialize};
+
+use crate::PlanError;
+
+/// Most devices one node may hold: device sets are 64-bit masks.
+pub const MAX_DEVICES_PER_NODE: usize = 64;
+
+/// A set of nodes. Machines may be shared: a node names an entry of `machines` or holds its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// Machines shared by several nodes, by name (`dgx-h100`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub machines: BTreeMap<String, Machine>,
+    pub nodes: Vec<ClusterNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterNode {
+    pub name: String,
+    /// Domain values and other labels (`{"rack": "r1", "zone": "z1"}`); they override the
+    /// machine's own domains of the same kind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    pub machine: MachineRef,
+    /// Accelerator ids already in use on this node (by work the planner did not place).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocated: Vec<String>,
+}
+
+/// A node's machine: the name of an entry in [`Cluster::machines`], or the machine itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MachineRef {
+    Name(String),
+    Inline(Box<Machine>),
+}
+
+impl Cluster {
+    pub fn from_json(text: &str) -> Result<Cluster, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The machine of a node.
+    pub fn machine<'a>(&'a self, node: &'a ClusterNode) -> Result<&'a Machine, PlanError> {
+        match &node.machine {
+            MachineRef::Inline(m) => Ok(m),
+            MachineRef::Name(name) => self
+                .machines
+                .get(name)
+                .ok_or_else(|| PlanError::Cluster(format!("node {:?} names unknown machine {name:?}", node.name))),
+        }
+    }
+}
+
+/// What the planner knows about one device.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Device {
+    pub id: String,
+    pub vendor: String,
+    pub index: u32,
+    pub label: String,
+    pub family: Option<String>,
+    pub sku: Option<String>,
+    pub memory_bytes: Option<u64>,
+    pub dtypes: Vec<String>,
+    pub numa: Option<u32>,
+    /// The closest RDMA NIC: its name and path class rank (0 = PIX, 1 = PXB, 2 = farther).
+    pub nic: Option<(String, u8)>,
+}
+
+/// The precomputed topology of one machine. Nodes with equal topologies share one.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Topo {
+    pub devices: Vec<Device>,
+    /// Pairwise GB/s, row-major `n * n`.
+    pub bw: Vec<f64>,
+    /// Devices joined to each device by a direct scale-up link.
+    pub link: Vec<u64>,
+    /// The scale-up island (connected component of links) of each device.
+    pub island: Vec<u64>,
+    /// Devices on the same (known) NUMA node as each device.
+    pub numa_peers: Vec<u64>,
+    /// CPU count of each NUMA node.
+    pub numa_cpus: BTreeMap<u32, u32>,
+    pub all: u64,
+}
+
+/// Rough peer-to-peer GB/s (both directions) for PCIe path classes: used only to rank pairs
+/// that have no scale-up link.
+pub(crate) fn pcie_gbps(class: PathClass) -> f64 {
+    match class {
+        PathClass::SelfPath => 0.0,
+        PathClass::Link { .. } => 0.0,
+        PathClass::Pix => 50.0,
+        PathClass::Pxb => 40.0,
+        PathClass::Phb => 30.0,
+        PathClass::Node => 20.0,
+        PathClass::Sys => 10.0,
+    }
+}
+
+/// The Ray-style short label of a device: `GPU3`, `TPU0`, `NC1`, `HPU2`.
+fn short_label(vendor: &str, family: Option<&str>, index: u32) -> String {
+    let prefix = match vendor {
+        "google" => "TPU",
+        "aws" => "ND",
+        "intel" if family.is_some_and(|f| f.starts_with("gaudi")) => "HPU",
+        "groq" => "LPU",
+        _ => "GPU",
+    };
+    format!("{prefix}{index}")
+}
+
+impl Topo {
+    pub fn new(machine: &Machine, registry: &SkuRegistry) -> Result<Topo, PlanError> {
+        let n = machine.accelerators.len();
+        if n > MAX_DEVICES_PER_NODE {
+            return Err(PlanError::Cluster(format!(
+                "a machine has {n} accelerators; the planner handles at most {MAX_DEVICES_PER_NODE} per node"
+            )));
+        }
+        let classifier = PathClassifier::new(machine);
+        let mut devices = Vec::with_capacity(n);
+        for (i, acc) in machine.accelerators.iter().enumerate() {
+            let sku = acc.sku.as_deref().and_then(|id| registry.get(id));
+            let mut nic: Option<(String, u8)> = None;
+            for (j, card) in machine.nics.iter().enumerate() {
+                if !card.rdma {
+                    continue;
+                }
+                let rank = match classifier.classify(Endpoint::Accelerator(i), Endpoint::Nic(j)) {
+                    PathClass::Pix => 0,
+                    PathClass::Pxb => 1,
+                    _ => 2,
+                };
+                if nic.as_ref().is_none_or(|(_, r)| rank < *r) {
+                    nic = Some((card.name.clone(), rank));
+                }
+            }
+            devices.push(Device {
+                id: acc.id.clone(),
+                vendor: acc.vendor.clone(),
+                index: acc.index,
+                label: short_label(&acc.vendor, acc.family.as_deref(), acc.index),
+                family: acc.family.clone(),
+                sku: acc.sku.clone(),
+                memory_bytes: acc.memory_bytes,
+                dtypes: sku.map(|s| s.dtypes.clone()).unwrap_or_default(),
+                numa: acc.numa_node,
+                nic,
+            });
+        }
+        let index: HashMap<&str, usize> =
+            machine.accelerators.iter().enumerate().map(|(i, a)| (a.id.as_str(), i)).collect();
+        let mut bw = vec![0.0; n * n];
+        let mut link = vec![0u64; n];
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    bw[a * n + b] = pcie_gbps(classifier.classify(Endpoint::Accelerator(a), Endpoint::Accelerator(b)));
+                }
+            }
+        }
+        let mut best_link = vec![0.0f64; n * n];
+        for l in &machine.links {
+            let (Some(&a), Some(&b)) = (index.get(l.a.as_str()), index.get(l.b.as_str())) else { continue };
+            if a == b {
+                continue;
+            }
+            let per_link = machine.accelerators[a]
+                .sku
+                .as_deref()
+                .and_then(|id| registry.get(id))
+                .and_then(|s| s.scale_up)
+                .map(|s| s.gbps_per_link())
+                .filter(|g| *g > 0.0)
+                .unwrap_or(25.0);
+            let gbps = l.gbps.unwrap_or(per_link * f64::from(l.count.max(1)));
+            link[a] |= 1 << b;
+            link[b] |= 1 << a;
+            // Several link records for one pair: the best one counts.
+            let best = best_link[a * n + b].max(gbps);
+            best_link[a * n + b] = best;
+            best_link[b * n + a] = best;
+        }
+        for a in 0..n {
+            for b in 0..n {
+                if link[a] & (1 << b) != 0 {
+                    bw[a * n + b] = best_link[a * n + b];
+                }
+            }
+        }
+        let mut island = vec![0u64; n];
+        for start in 0..n {
+            if island[start] != 0 {
+                continue;
+            }
+            let mut comp = 1u64 << start;
+            let mut frontier = comp;
+            while frontier != 0 {
+                let d = frontier.trailing_zeros() as usize;
+                frontier &= frontier - 1;
+                let new = link[d] & !comp;
+                comp |= new;
+                frontier |= new;
+            }
+            let mut rest = comp;
+            while rest != 0 {
+                let d = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                island[d] = comp;
+            }
+        }
+        let mut numa_peers = vec![0u64; n];
+        for a in 0..n {
+            for b in 0..n {
+                if devices[a].numa.is_some() && devices[a].numa == devices[b].numa {
+                    numa_peers[a] |= 1 << b;
+                }
+            }
+        }
+        let numa_cpus = machine.numa_nodes.iter().map(|node| (node.id, node.cpus.len() as u32)).collect();
+        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        Ok(Topo { devices, bw, link, island, numa_peers, numa_cpus, all })
+    }
+
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    pub fn gbps(&self, a: usize, b: usize) -> f64 {
+        self.bw[a * self.len() + b]
+    }
+}
+
+/// One node as the planner holds it: name, labels and a shared topology.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub name: String,
+    /// Index of the node's label set (domains included) in the planner's interned list.
+    pub labels: usize,
+    pub topo: usize,
+}
+
+/// Interns topologies so that equal machines share one (and one cache entry).
+#[derive(Debug, Default)]
+pub(crate) struct Topos {
+    pub list: Vec<Arc<Topo>>,
+}
+
+impl Topos {
+    pub fn intern(&mut self, topo: Topo) -> usize {
+        if let Some(i) = self.list.iter().position(|t| **t == topo) {
+            return i;
+        }
+        self.list.push(Arc::new(topo));
+        self.list.len() - 1
+    }
+}
+
+/// The domain values of a machine: each domain kind that covers the whole node (or, for
+/// device-level domains such as an NVLink clique, the first one listed), by kind name.
+pub(crate) fn machine_domains(machine: &Machine) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for d in &machine.domains {
+        let kind = serde_json::to_value(d.kind).ok().and_then(|v| v.as_str().map(str::to_owned));
+        if let Some(kind) = kind {
+            out.entry(kind).or_insert_with(|| d.name.clone());
+        }
+    }
+    out
+}

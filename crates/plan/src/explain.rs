@@ -1,0 +1,219 @@
+//! Why a request cannot be met: relax the constraints of the failing bundle one at a time, in a
+//! fixed order, and name the first one that no node can satisfy, with the nearest feasible
+//! alternative (the largest bundle that fits, and the placement without that constraint).
+
+use crate::planner::{Attempt, Planner, Unit};
+use crate::request::{Bundle, Connectivity, Request};
+use crate::search::{self, Stage};
+use crate::{Infeasible, PlanError};
+
+/// The checks in the order they are applied; each stage adds one constraint.
+const STAGES: [&str; 7] = ["count", "capability", "free", "nic", "connectivity", "same_numa", "cpus"];
+
+fn stage(s: usize) -> Stage {
+    Stage { capability: s >= 1, nic: s >= 3, connectivity: s >= 4, numa: s >= 5, cpus: s >= 6 }
+}
+
+fn without(name: &str) -> Stage {
+    let mut st = Stage::ALL;
+    match name {
+        "nic" => st.nic = false,
+        "connectivity" => st.connectivity = false,
+        "same_numa" => st.numa = false,
+        "cpus" => st.cpus = false,
+        "capability" => st.capability = false,
+        _ => {}
+    }
+    st
+}
+
+fn labels(p: &Planner, node: usize, mask: u64) -> String {
+    let topo = p.topo(node);
+    let names: Vec<&str> =
+        topo.devices.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, d)| d.label.as_str()).collect();
+    names.join(",")
+}
+
+fn capability_text(b: &Bundle) -> String {
+    let mut parts = Vec::new();
+    if !b.vendor.is_empty() {
+        parts.push(format!("vendor in [{}]", b.vendor.join(", ")));
+    }
+    if !b.family.is_empty() {
+        parts.push(format!("family in [{}]", b.family.join(", ")));
+    }
+    if !b.sku.is_empty() {
+        parts.push(format!("sku in [{}]", b.sku.join(", ")));
+    }
+    if let Some(gb) = b.min_memory_gb {
+        parts.push(format!("memory >= {gb} GB"));
+    }
+    if !b.dtypes.is_empty() {
+        parts.push(format!("dtypes [{}]", b.dtypes.join(", ")));
+    }
+    parts.join(", ")
+}
+
+fn condition(b: &Bundle, name: &str) -> String {
+    match name {
+        "count" => "accelerators".into(),
+        "capability" => format!("accelerators with {}", capability_text(b)),
+        "free" => "free accelerators that match".into(),
+        "nic" => format!(
+            "free matching accelerators, each with an RDMA NIC at {} or closer",
+            b.nic.map(|n| n.to_string()).unwrap_or_default()
+        ),
+        "connectivity" => match b.connectivity {
+            Connectivity::ScaleUp => "free accelerators all joined by scale-up links".into(),
+            Connectivity::Island => "free accelerators in one scale-up island".into(),
+            Connectivity::MinGbps(g) => format!("free accelerators with at least {g} GB/s between every pair"),
+            Connectivity::Any => "free accelerators".into(),
+        },
+        "same_numa" => "free suitable accelerators on one NUMA node".into(),
+        _ => format!("free suitable accelerators whose NUMA nodes hold {} CPU cores", b.cpus.unwrap_or(0)),
+    }
+}
+
+/// The best single placement of `bundle` over `nodes` under `st`, as text.
+fn best_text(p: &Planner, nodes: &[usize], bundle: &Bundle, st: Stage) -> Option<String> {
+    let mut best: Option<(f64, usize, u64)> = None;
+    for &n in nodes {
+        let prep = search::prepare(p.topo(n), bundle, st);
+        if let Some((mask, s)) = search::best(p.topo(n), &prep, p.free_mask(n)) {
+            if best.is_none_or(|(bs, _, _)| s > bs) {
+                best = Some((s, n, mask));
+            }
+        }
+    }
+    best.map(|(_, n, mask)| {
+        let sc = crate::score::score(p.topo(n), mask, p.free_mask(n));
+        format!("{} ({}), min pairwise {} GB/s", p.node_name(n), labels(p, n, mask), sc.min_pair_gbps)
+    })
+}
+
+/// Diagnoses one bundle on its own; `None` when it fits by itself.
+fn diagnose(p: &Planner, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<Infeasible> {
+    for (s, &name) in STAGES.iter().enumerate() {
+        let st = stage(s);
+        let mut best: Option<(usize, u64)> = None;
+        let mut feasible = false;
+        for &n in nodes {
+            let topo = p.topo(n);
+            let free = if s >= 2 { p.free_mask(n) } else { topo.all };
+            let prep = search::prepare(topo, bundle, st);
+            if name == "cpus" {
+                feasible |= search::best(topo, &prep, free).is_some();
+                continue;
+            }
+            let got = search::largest(&prep, free);
+            if best.is_none_or(|(_, m)| got.count_ones() > m.count_ones()) {
+                best = Some((n, got));
+            }
+        }
+        let ok = if name == "cpus" { feasible } else { best.is_some_and(|(_, m)| m.count_ones() >= bundle.count) };
+        if ok {
+            continue;
+        }
+        let mut message = format!("bundle {b}: no node has {} {}", bundle.count, condition(bundle, name));
+        let mut nearest = Vec::new();
+        if let Some((n, m)) = best.filter(|(_, m)| *m != 0) {
+            let what = if name == "count" || name == "capability" { "" } else { " available" };
+            message += &format!("; best{what}: {} has {} ({})", p.node_name(n), m.count_ones(), labels(p, n, m));
+            if s >= 2 {
+                nearest.push(format!("count {} on {} ({})", m.count_ones(), p.node_name(n), labels(p, n, m)));
+            }
+        }
+        if s >= 3 {
+            if let Some(text) = best_text(p, nodes, bundle, without(name)) {
+                nearest.push(format!("without the {name} constraint: {text}"));
+            }
+        }
+        if name == "free" {
+            nearest.push("wait for a release: the devices exist but are in use".into());
+        }
+        return Some(Infeasible {
+            bundle: Some(b),
+            constraint: name.to_owned(),
+            message,
+            nearest: if nearest.is_empty() { None } else { Some(nearest.join("; or ")) },
+        });
+    }
+    None
+}
+
+pub(crate) fn explain(
+    p: &mut Planner,
+    request: &Request,
+    units: &[Unit],
+    best_partial: Option<(usize, Attempt)>,
+) -> PlanError {
+    let selected = p.selected_nodes(request);
+    if selected.is_empty() {
+        let want: Vec<String> = request.select.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        return PlanError::Infeasible(Infeasible {
+            bundle: None,
+            constraint: "select".into(),
+            message: format!("no node carries {}", want.join(", ")),
+            nearest: None,
+        });
+    }
+    let reps = p.representatives(&selected);
+    for (b, bundle) in request.bundles.iter().enumerate() {
+        if let Some(why) = diagnose(p, &reps, b, bundle) {
+            return PlanError::Infeasible(why);
+        }
+    }
+    // Every bundle fits alone: the bundles do not fit together.
+    let n = request.bundles.len();
+    let placed = best_partial.as_ref().map_or(0, |(_, a)| a.placed.len());
+    let (constraint, message) = match request.same.as_deref() {
+        Some(kind) => {
+            let holder = match best_partial.as_ref().map(|(u, _)| &units[*u]) {
+                Some(Unit::Node(node)) => format!("{}", p.node_name(*node)),
+                Some(Unit::Groups(groups)) => groups
+                    .first()
+                    .and_then(|g| p.label_value(g.0, kind))
+                    .map(|v| format!("{kind}={v}"))
+                    .unwrap_or_default(),
+                None => String::new(),
+            };
+            let holder =
+                if holder.is_empty() { String::new() } else { format!("; the best, {holder}, holds {placed}") };
+            (
+                "same".to_owned(),
+                format!(
+                    "no {kind} domain can hold all {n} bundles together ({units} candidates){holder}",
+                    units = units.len()
+                ),
+            )
+        }
+        None if request.strategy == crate::Strategy::Spread => {
+            ("spread".to_owned(), format!("the {n} bundles need {n} different nodes; only {placed} could be placed"))
+        }
+        None => ("capacity".to_owned(), format!("the {n} bundles fit one at a time but not together; {placed} placed")),
+    };
+    let mut relaxed = request.clone();
+    let nearest = if request.same.is_some() {
+        relaxed.same = None;
+        p.plan(&relaxed)
+            .ok()
+            .map(|pl| format!("without same={}: {}", request.same.as_deref().unwrap_or(""), summary(&pl)))
+    } else if request.strategy == crate::Strategy::Spread {
+        relaxed.strategy = crate::Strategy::Pack;
+        p.plan(&relaxed).ok().map(|pl| format!("with pack instead of spread: {}", summary(&pl)))
+    } else {
+        None
+    };
+    PlanError::Infeasible(Infeasible { bundle: None, constraint, message, nearest })
+}
+
+fn summary(pl: &crate::Placement) -> String {
+    pl.bundles
+        .iter()
+        .map(|b| {
+            let devs: Vec<&str> = b.devices.iter().map(|d| d.label.as_str()).collect();
+            format!("bundle {} on {} ({})", b.bundle, b.node, devs.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

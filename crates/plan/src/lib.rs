@@ -1,0 +1,66 @@
+//! Topology-aware placement for accel: pure functions from a cluster (named [`Machine`]s) and a
+//! [`Request`] (bundles of devices with constraints) to exact devices on exact nodes.
+//!
+//! The planner never reads the host, the network or the environment: everything it knows is in
+//! the [`Cluster`] it was given. Decisions are deterministic. The score it maximises is in
+//! [`score`] and docs/placement.md.
+//!
+//! [`Machine`]: accel_model::Machine
+
+mod cluster;
+mod explain;
+mod planner;
+mod request;
+pub mod score;
+mod search;
+
+use std::fmt;
+
+use serde::Serialize;
+
+pub use cluster::{Cluster, ClusterNode, MachineRef, MAX_DEVICES_PER_NODE};
+pub use planner::{BundlePlacement, PlacedDevice, Placement, Planner, W_PACK};
+pub use request::{Bundle, Connectivity, NicDistance, Request, Strategy};
+pub use score::Breakdown;
+pub use search::SEARCH_BUDGET;
+
+/// Why planning failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("invalid request: {0}")]
+    Request(String),
+    #[error("invalid cluster: {0}")]
+    Cluster(String),
+    #[error("unknown node {0:?}")]
+    UnknownNode(String),
+    #[error("node {node:?} has no device {device:?}")]
+    UnknownDevice { node: String, device: String },
+    #[error("unknown allocation {0}")]
+    UnknownAllocation(u64),
+    #[error("{0}")]
+    Infeasible(Infeasible),
+}
+
+/// A request that cannot be met: the constraint that failed and the nearest feasible alternative.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Infeasible {
+    /// The bundle that cannot be placed, when one bundle alone is the problem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<usize>,
+    /// `select`, `count`, `capability`, `free`, `nic`, `connectivity`, `same_numa`, `cpus`,
+    /// `same`, `spread` or `capacity`.
+    pub constraint: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nearest: Option<String>,
+}
+
+impl fmt::Display for Infeasible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(n) = &self.nearest {
+            write!(f, "; nearest feasible: {n}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,203 @@
+//! Planner behaviour on small hand-built clusters: exact devices, fragmentation, locality,
+//! domains, explanations, allocation state and determinism.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use accel_plan::{Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, PlanError, Planner, Request};
+use support::{build, Spec};
+
+fn cluster(nodes: &[(&str, Spec)]) -> Cluster {
+    Cluster {
+        machines: BTreeMap::new(),
+        nodes: nodes
+            .iter()
+            .map(|(name, spec)| ClusterNode {
+                name: (*name).to_owned(),
+                labels: BTreeMap::new(),
+                machine: MachineRef::Inline(Box::new(build(spec))),
+                allocated: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+fn labels(p: &accel_plan::Placement, bundle: usize) -> (String, String) {
+    let b = &p.bundles[bundle];
+    (b.node.clone(), b.devices.iter().map(|d| d.label.as_str()).collect::<Vec<_>>().join(","))
+}
+
+fn request(json: &str) -> Request {
+    Request::from_json(json).unwrap()
+}
+
+fn infeasible(e: PlanError) -> accel_plan::Infeasible {
+    match e {
+        PlanError::Infeasible(i) => i,
+        other => panic!("expected an infeasible request, got {other}"),
+    }
+}
+
+#[test]
+fn minimal_request_takes_one_numa_node() {
+    let mut p = Planner::new(&cluster(&[("a", Spec::dgx())])).unwrap();
+    let got = p.plan(&request(r#"{"bundles": [{"count": 4, "connectivity": "scale-up"}]}"#)).unwrap();
+    assert_eq!(labels(&got, 0), ("a".into(), "GPU0,GPU1,GPU2,GPU3".into()));
+    assert!(got.bundles[0].score.same_numa);
+    assert_eq!(got.bundles[0].score.min_pair_gbps, 900.0);
+}
+
+#[test]
+fn fragmented_node_is_filled_first_and_the_whole_one_kept() {
+    let mut c = cluster(&[("a", Spec::dgx()), ("b", Spec::dgx())]);
+    let ids: Vec<String> = (0..3).map(|i| build(&Spec::dgx()).accelerators[i].id.clone()).collect();
+    c.nodes[0].allocated = ids;
+    let mut p = Planner::new(&c).unwrap();
+    let got = p.allocate(&request(r#"{"bundles": [{"count": 4, "connectivity": "scale-up"}]}"#)).unwrap();
+    assert_eq!(labels(&got, 0), ("a".into(), "GPU4,GPU5,GPU6,GPU7".into()));
+    // Node b is still whole for an 8-GPU job.
+    let eight = p.plan(&request(r#"{"bundles": [{"count": 8, "connectivity": "scale-up"}]}"#)).unwrap();
+    assert_eq!(eight.bundles[0].node, "b");
+}
+
+#[test]
+fn scale_up_beats_pcie_and_islands_stay_whole() {
+    let mut p = Planner::new(&cluster(&[("pcie", Spec::pcie(8)), ("hives", Spec::two_hives())])).unwrap();
+    let got = p.allocate(&request(r#"{"bundles": [{"count": 2}]}"#)).unwrap();
+    // 200 GB/s xGMI beats PCIe, and the pair comes out of one hive.
+    assert_eq!(labels(&got, 0), ("hives".into(), "GPU0,GPU1".into()));
+    let got = p.allocate(&request(r#"{"bundles": [{"count": 4, "connectivity": "island"}]}"#)).unwrap();
+    assert_eq!(labels(&got, 0), ("hives".into(), "GPU4,GPU5,GPU6,GPU7".into()));
+}
+
+#[test]
+fn infeasible_names_the_constraint_and_the_nearest_alternative() {
+    let mut c = cluster(&[("hives", Spec::two_hives())]);
+    c.nodes[0].allocated = vec![build(&Spec::two_hives()).accelerators[0].id.clone()];
+    let mut p = Planner::new(&c).unwrap();
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 5, "connectivity": "scale-up"}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "connectivity");
+    assert_eq!(
+        why.message,
+        "bundle 0: no node has 5 free accelerators all joined by scale-up links; best available: hives has 4 (GPU4,GPU5,GPU6,GPU7)"
+    );
+    let nearest = why.nearest.unwrap();
+    assert!(nearest.starts_with("count 4 on hives (GPU4,GPU5,GPU6,GPU7)"), "{nearest}");
+    assert!(nearest.contains("; or without the connectivity constraint: hives ("), "{nearest}");
+
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 9}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "count");
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 2, "vendor": ["nvidia"]}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "capability");
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 8}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "free");
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 1, "nic": "pxb"}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "nic");
+}
+
+#[test]
+fn nic_at_pix_picks_the_gpus_beside_a_nic() {
+    let mut spec = Spec::dgx();
+    spec.nics = vec![5, 6];
+    let mut p = Planner::new(&cluster(&[("a", spec)])).unwrap();
+    let got = p.plan(&request(r#"{"bundles": [{"count": 2, "nic": "pix"}]}"#)).unwrap();
+    assert_eq!(labels(&got, 0).1, "GPU5,GPU6");
+    assert_eq!(got.bundles[0].devices[0].nic.as_deref(), Some("mlx5_5"));
+    assert_eq!(got.bundles[0].devices[0].nic_path, Some("PIX"));
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 3, "nic": "pix"}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "nic");
+}
+
+#[test]
+fn gang_stays_in_one_clique() {
+    let tray = |clique: &str| {
+        let mut s = Spec::dgx();
+        s.gpus = 4;
+        s.numa = vec![0, 0, 1, 1];
+        s.links = support::all_pairs(&[0, 1, 2, 3], 1800.0);
+        s.nics = (0..4).collect();
+        s.clique = Some(clique.to_owned());
+        s
+    };
+    let mut c = cluster(&[("a0", tray("A")), ("a1", tray("A")), ("b0", tray("B")), ("b1", tray("B"))]);
+    c.nodes[0].allocated = vec![build(&tray("A")).accelerators[0].id.clone()];
+    let mut p = Planner::new(&c).unwrap();
+    let gang = r#"{"bundles": [{"count": 4}, {"count": 4}], "same": "nvlink_clique", "strategy": "spread"}"#;
+    let got = p.allocate(&request(gang)).unwrap();
+    let nodes: Vec<&str> = got.bundles.iter().map(|b| b.node.as_str()).collect();
+    assert_eq!(nodes, ["b0", "b1"]);
+    let why = infeasible(p.plan(&request(gang)).unwrap_err());
+    assert_eq!(why.constraint, "same");
+    assert!(why.message.starts_with("no nvlink_clique domain can hold all 2 bundles together"), "{}", why.message);
+    // Without the clique constraint, a 3 + 4 gang would fit across cliques.
+    let select = r#"{"bundles": [{"count": 3}], "select": {"nvlink_clique": "A"}}"#;
+    assert_eq!(p.plan(&request(select)).unwrap().bundles[0].node, "a0");
+}
+
+#[test]
+fn pack_prefers_one_node_and_spread_separates() {
+    let mut p = Planner::new(&cluster(&[("a", Spec::dgx()), ("b", Spec::dgx())])).unwrap();
+    let pack = p.plan(&request(r#"{"bundles": [{"count": 2}, {"count": 2}]}"#)).unwrap();
+    assert_eq!(pack.bundles[0].node, pack.bundles[1].node);
+    let spread = p.plan(&request(r#"{"bundles": [{"count": 2}, {"count": 2}], "strategy": "spread"}"#)).unwrap();
+    assert_ne!(spread.bundles[0].node, spread.bundles[1].node);
+    let same = p.plan(&request(r#"{"bundles": [{"count": 4}, {"count": 4}], "same": "node"}"#)).unwrap();
+    assert_eq!(same.bundles[0].node, same.bundles[1].node);
+}
+
+#[test]
+fn capability_filters() {
+    let mut amd = Spec::two_hives();
+    amd.memory_gb = 192;
+    let mut p = Planner::new(&cluster(&[("n", Spec::dgx()), ("m", amd)])).unwrap();
+    let got = p.plan(&request(r#"{"bundles": [{"count": 2, "min_memory_gb": 100}]}"#)).unwrap();
+    assert_eq!(got.bundles[0].node, "m");
+    let got =
+        p.plan(&request(r#"{"bundles": [{"count": 2, "vendor": ["amd"], "same_numa": true, "cpus": 16}]}"#)).unwrap();
+    assert_eq!(got.bundles[0].node, "m");
+    let why =
+        infeasible(p.plan(&request(r#"{"bundles": [{"count": 2, "same_numa": true, "cpus": 20}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "cpus");
+}
+
+#[test]
+fn allocate_release_and_determinism() {
+    let c = cluster(&[("a", Spec::dgx()), ("b", Spec::two_hives()), ("c", Spec::pcie(4))]);
+    let stream = [
+        r#"{"bundles": [{"count": 2, "connectivity": "scale-up"}]}"#,
+        r#"{"bundles": [{"count": 1}]}"#,
+        r#"{"bundles": [{"count": 4, "connectivity": "island"}]}"#,
+        r#"{"bundles": [{"count": 3}]}"#,
+        r#"{"bundles": [{"count": 2, "connectivity": {"min_gbps": 150}}]}"#,
+    ];
+    let run = || {
+        let mut p = Planner::new(&c).unwrap();
+        let mut out = Vec::new();
+        for r in stream {
+            out.push(p.allocate(&request(r)).map(|pl| (pl.id, labels(&pl, 0))).map_err(|e| e.to_string()));
+        }
+        (p, out)
+    };
+    let (mut p, first) = run();
+    let (_, second) = run();
+    assert_eq!(first, second);
+    let (id, (node, _)) = first[2].clone().unwrap();
+    let before = p.free_devices(&node).unwrap().len();
+    p.release(id).unwrap();
+    assert_eq!(p.free_devices(&node).unwrap().len(), before + 4);
+    assert!(matches!(p.release(id), Err(PlanError::UnknownAllocation(_))));
+}
+
+#[test]
+fn request_parsing() {
+    let r = request(
+        r#"{"bundles": [{"count": 2, "connectivity": {"min_gbps": 100}, "nic": "pxb", "dtypes": ["fp8"]}], "same": "rack"}"#,
+    );
+    assert_eq!(r.bundles[0].connectivity, Connectivity::MinGbps(100.0));
+    assert_eq!(r.bundles[0].nic, Some(NicDistance::Pxb));
+    assert!(Request::from_json(r#"{"bundles": [{"count": 2, "connectivity": "nvlink"}]}"#).is_err());
+    assert!(Request::from_json(r#"{"bundles": [{"count": 2, "colour": "red"}]}"#).is_err());
+    let mut p = Planner::new(&cluster(&[("a", Spec::dgx())])).unwrap();
+    assert!(matches!(p.plan(&Request { bundles: vec![Bundle::new(0)], ..r.clone() }), Err(PlanError::Request(_))));
+}
