@@ -1,0 +1,68 @@
+//! Mutual HMAC-SHA256 challenge-response: each side proves it holds the cluster secret by
+//! keying an HMAC over both fresh nonces; the secret itself never crosses the wire.
+
+use std::io::{Read, Write};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::error::{Error, Result};
+use crate::frame::{self, code, Kind, MAX_CONTROL};
+
+/// Shortest secret accepted.
+pub const SECRET_MIN_LEN: usize = 16;
+const NONCE_LEN: usize = 32;
+
+fn nonce() -> Result<[u8; NONCE_LEN]> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::fill(&mut n).map_err(|e| Error::Auth(format!("no randomness: {e}")))?;
+    Ok(n)
+}
+
+fn mac(secret: &[u8], label: &[u8], a: &[u8], b: &[u8]) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    m.update(label);
+    m.update(a);
+    m.update(b);
+    m
+}
+
+/// Server side: greets with a nonce and `owner`, checks the client's proof, proves itself.
+/// On a wrong proof it answers an `Err` frame and returns `Error::Auth`.
+pub fn server_handshake<S: Read + Write>(s: &mut S, secret: &[u8], owner: &str) -> Result<()> {
+    let ns = nonce()?;
+    let mut hello = ns.to_vec();
+    hello.extend_from_slice(owner.as_bytes());
+    frame::write(s, Kind::Hello, &hello)?;
+    let auth = frame::expect(s, Kind::Auth, MAX_CONTROL)?;
+    if auth.len() != NONCE_LEN + 32 {
+        return Err(Error::Auth("malformed client proof".into()));
+    }
+    let (nc, proof) = auth.split_at(NONCE_LEN);
+    if mac(secret, b"accel-c", &ns, nc).verify_slice(proof).is_err() {
+        let _ = frame::write(s, Kind::Err, &frame::error_payload(code::AUTH, "wrong cluster secret"));
+        return Err(Error::Auth("a client presented a wrong cluster secret".into()));
+    }
+    let reply = mac(secret, b"accel-s", nc, &ns).finalize().into_bytes();
+    frame::write(s, Kind::AuthOk, &reply)
+}
+
+/// Client side: answers the greeting with a proof and checks the server's. Returns the owner
+/// id the server announced.
+pub fn client_handshake<S: Read + Write>(s: &mut S, secret: &[u8]) -> Result<String> {
+    let hello = frame::expect(s, Kind::Hello, MAX_CONTROL)?;
+    if hello.len() < NONCE_LEN {
+        return Err(Error::Protocol("short greeting".into()));
+    }
+    let (ns, owner) = hello.split_at(NONCE_LEN);
+    let owner = String::from_utf8_lossy(owner).into_owned();
+    let nc = nonce()?;
+    let mut auth = nc.to_vec();
+    auth.extend_from_slice(&mac(secret, b"accel-c", ns, &nc).finalize().into_bytes());
+    frame::write(s, Kind::Auth, &auth)?;
+    let proof = frame::expect(s, Kind::AuthOk, MAX_CONTROL)?;
+    mac(secret, b"accel-s", &nc, ns)
+        .verify_slice(&proof)
+        .map_err(|_| Error::Auth("the server does not hold the cluster secret".into()))?;
+    Ok(owner)
+}

@@ -1,0 +1,38 @@
+//! The transport's one error type; every variant says what failed and for which owner or buffer.
+
+/// Errors of the transport.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "shared-memory pool exhausted: {requested} bytes requested, {in_use} of {limit} bytes \
+         held by outstanding references (free references or raise ACCEL_TRANSPORT_POOL_BYTES)"
+    )]
+    PoolExhausted { requested: u64, in_use: u64, limit: u64 },
+    #[error("the owner of this reference ({owner}) has exited")]
+    OwnerGone { owner: String },
+    #[error("buffer {buffer} of owner {owner} was freed (or never published)")]
+    Freed { owner: String, buffer: u64 },
+    #[error("stale reference: its owner {expected} is gone; {endpoint} now serves owner {found}")]
+    Stale { expected: String, found: String, endpoint: String },
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    FrameTooLarge { len: u64, max: u64 },
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    #[error("invalid transport configuration: {0}")]
+    Config(String),
+    #[error("transport path {0} is not available in this build or on this machine")]
+    Unsupported(&'static str),
+}
+
+/// The transport's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Wraps an IO error with what was being done.
+pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}

@@ -1,0 +1,24 @@
+//! Direct tensor transport: an owner publishes buffers from a pooled shared-memory arena, and
+//! consumers reach them in place (same process), by mapping them (same host) or over an
+//! authenticated TCP stream (other hosts). Plain Rust: std threads, blocking sockets, no pyo3.
+
+mod auth;
+mod backend;
+mod config;
+mod error;
+pub mod frame;
+mod identity;
+mod metrics;
+mod node;
+mod shm;
+mod tcp;
+
+pub use auth::{client_handshake, server_handshake, SECRET_MIN_LEN};
+pub use backend::{backends, Backend, Descriptor, Path};
+pub use config::Config;
+pub use error::{Error, Result};
+pub use identity::{host_id, process_alive, Identity};
+pub use metrics::{Metrics, PathStats, BUCKETS};
+pub use node::Transport;
+pub use shm::{size_class, sweep_orphans, Allocation, Arena, Mapping, PoolStats, SEGMENT_PREFIX};
+pub use tcp::{Client, Server};

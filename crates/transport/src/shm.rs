@@ -1,0 +1,381 @@
+//! The owner's shared-memory arena and the consumer's mapping of it.
+//!
+//! Each buffer is one file in the shared-memory directory named
+//! `accel-<pid>-<start>-<buffer id>`, sized to a pooled size class and pre-faulted with
+//! `fallocate` + `MAP_POPULATE` (so a full `/dev/shm` is an error here, never a SIGBUS later).
+//! Advisory `flock`s make reuse safe: the owner holds `LOCK_EX` on a buffer until it is
+//! published and again while it idles in the pool; a consumer holds `LOCK_SH` for as long as it
+//! maps the buffer. A freed buffer is recycled (renamed, kept faulted) only if the owner wins
+//! `LOCK_EX` and holds no view of it itself; otherwise its name is unlinked and the memory lives
+//! on exactly as long as the consumers' mappings.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use memmap2::{MmapMut, MmapOptions, MmapRaw};
+
+use crate::error::{io, Error, Result};
+use crate::identity::{process_alive, Identity};
+
+/// Every segment name starts with this; the orphan sweeper looks at nothing else.
+pub const SEGMENT_PREFIX: &str = "accel-";
+const PAGE: u64 = 4096;
+
+/// The pooled capacity for `len` bytes: whole pages, then eight steps per power of two above
+/// 64 KiB, so at most 12.5% of a buffer is slack.
+pub fn size_class(len: u64) -> u64 {
+    let pages = len.max(1).div_ceil(PAGE) * PAGE;
+    if pages <= 64 << 10 {
+        return pages;
+    }
+    let step = (1u64 << (63 - pages.leading_zeros())) / 8;
+    pages.div_ceil(step) * step
+}
+
+fn flock(file: &File, op: libc::c_int) -> bool {
+    // SAFETY: flock only reads the descriptor number, which `file` keeps open.
+    unsafe { libc::flock(file.as_raw_fd(), op) == 0 }
+}
+
+struct Segment {
+    name: String,
+    file: File,
+    map: Arc<MmapRaw>,
+    capacity: u64,
+}
+
+struct Live {
+    seg: Segment,
+    len: u64,
+    published: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_buffer: u64,
+    next_idle: u64,
+    live: HashMap<u64, Live>,
+    idle: Vec<Segment>,
+    live_bytes: u64,
+    idle_bytes: u64,
+    /// Capacity being created outside the lock, already counted against the limit.
+    pending_bytes: u64,
+}
+
+/// How much of the pool is in use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub live_buffers: u64,
+    pub live_bytes: u64,
+    pub idle_bytes: u64,
+    pub limit_bytes: u64,
+}
+
+/// A fresh buffer: its id and segment name, and the writable mapping (shared with the arena).
+#[derive(Debug)]
+pub struct Allocation {
+    pub buffer: u64,
+    pub segment: String,
+    pub len: u64,
+    pub map: Arc<MmapRaw>,
+}
+
+/// One owner's buffers, bounded by `limit` bytes of capacity (outstanding plus pooled).
+#[derive(Debug)]
+pub struct Arena {
+    dir: PathBuf,
+    prefix: String,
+    limit: u64,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} live, {} idle", self.live.len(), self.idle.len())
+    }
+}
+
+impl Arena {
+    /// An empty arena for `owner` in `dir`.
+    pub fn new(dir: &Path, owner: &Identity, limit: u64) -> Arena {
+        Arena { dir: dir.to_path_buf(), prefix: owner.segment_prefix(), limit, inner: Mutex::default() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a buffer of `len` bytes from the pool or creates one. It stays private (consumers
+    /// cannot open it) until `publish`.
+    pub fn alloc(&self, len: u64) -> Result<Allocation> {
+        let cap = size_class(len);
+        let mut g = self.lock();
+        g.next_buffer += 1;
+        let buffer = g.next_buffer;
+        let name = format!("{}{buffer}", self.prefix);
+        let seg = if let Some(i) = g.idle.iter().position(|s| s.capacity == cap) {
+            let seg = g.idle.swap_remove(i);
+            g.idle_bytes -= cap;
+            std::fs::rename(self.dir.join(&seg.name), self.dir.join(&name)).map_err(io("rename a pooled segment"))?;
+            Segment { name, ..seg }
+        } else {
+            while g.live_bytes + g.idle_bytes + g.pending_bytes + cap > self.limit && !g.idle.is_empty() {
+                let seg = g.idle.swap_remove(0);
+                g.idle_bytes -= seg.capacity;
+                let _ = std::fs::remove_file(self.dir.join(&seg.name));
+            }
+            let in_use = g.live_bytes + g.pending_bytes;
+            if in_use + g.idle_bytes + cap > self.limit {
+                return Err(Error::PoolExhausted { requested: len, in_use, limit: self.limit });
+            }
+            g.pending_bytes += cap;
+            drop(g);
+            let made = self.create(&name, cap);
+            g = self.lock();
+            g.pending_bytes -= cap;
+            made?
+        };
+        let map = seg.map.clone();
+        g.live_bytes += cap;
+        g.live.insert(buffer, Live { seg, len, published: false });
+        Ok(Allocation { buffer, segment: format!("{}{buffer}", self.prefix), len, map })
+    }
+
+    fn create(&self, name: &str, cap: u64) -> Result<Segment> {
+        let path = self.dir.join(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io(format!("create {}", path.display())))?;
+        flock(&file, libc::LOCK_EX | libc::LOCK_NB);
+        let fail = |e: std::io::Error| {
+            let _ = std::fs::remove_file(&path);
+            Error::Io { context: format!("allocate {cap} bytes of shared memory in {}", self.dir.display()), source: e }
+        };
+        // SAFETY: fallocate on an open descriptor; it only reserves the file's pages.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, cap as libc::off_t) };
+        if rc != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+        let map = MmapOptions::new().len(cap as usize).populate().map_raw(&file).map_err(fail)?;
+        Ok(Segment { name: name.to_string(), file, map: Arc::new(map), capacity: cap })
+    }
+
+    /// Makes a buffer readable by consumers.
+    pub fn publish(&self, buffer: u64) -> Result<()> {
+        let mut g = self.lock();
+        let live = g.live.get_mut(&buffer).ok_or_else(|| Error::Freed { owner: self.prefix.clone(), buffer })?;
+        if !live.published {
+            live.published = true;
+            flock(&live.seg.file, libc::LOCK_UN);
+        }
+        Ok(())
+    }
+
+    /// The mapping and length of a published buffer.
+    pub fn lookup(&self, buffer: u64) -> Option<(Arc<MmapRaw>, u64)> {
+        let g = self.lock();
+        g.live.get(&buffer).filter(|l| l.published).map(|l| (l.seg.map.clone(), l.len))
+    }
+
+    /// Frees a buffer: back to the pool when nobody maps it, else unlinked.
+    pub fn free(&self, buffer: u64) -> Result<()> {
+        let mut g = self.lock();
+        let Live { seg, published, .. } =
+            g.live.remove(&buffer).ok_or_else(|| Error::Freed { owner: self.prefix.clone(), buffer })?;
+        g.live_bytes -= seg.capacity;
+        let unshared = Arc::strong_count(&seg.map) == 1;
+        if unshared && (!published || flock(&seg.file, libc::LOCK_EX | libc::LOCK_NB)) {
+            g.next_idle += 1;
+            let idle = format!("{}idle{}", self.prefix, g.next_idle);
+            if std::fs::rename(self.dir.join(&seg.name), self.dir.join(&idle)).is_ok() {
+                g.idle_bytes += seg.capacity;
+                g.idle.push(Segment { name: idle, ..seg });
+                return Ok(());
+            }
+        }
+        let _ = std::fs::remove_file(self.dir.join(&seg.name));
+        Ok(())
+    }
+
+    /// Pool usage.
+    pub fn stats(&self) -> PoolStats {
+        let g = self.lock();
+        PoolStats {
+            live_buffers: g.live.len() as u64,
+            live_bytes: g.live_bytes,
+            idle_bytes: g.idle_bytes,
+            limit_bytes: self.limit,
+        }
+    }
+
+    /// Drops the pooled (idle) buffers.
+    pub fn trim(&self) {
+        let mut g = self.lock();
+        for seg in g.idle.drain(..) {
+            let _ = std::fs::remove_file(self.dir.join(&seg.name));
+        }
+        g.idle_bytes = 0;
+    }
+
+    /// Unlinks every segment of this owner (process exit). Mappings stay valid.
+    pub fn shutdown(&self) {
+        self.trim();
+        let mut g = self.lock();
+        for (_, live) in g.live.drain() {
+            let _ = std::fs::remove_file(self.dir.join(&live.seg.name));
+        }
+        g.live_bytes = 0;
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+enum Map {
+    Empty,
+    ReadOnly(MmapRaw),
+    Private(MmapMut),
+}
+
+/// A consumer's mapping of a published buffer, holding `LOCK_SH` while it lives.
+pub struct Mapping {
+    map: Map,
+    len: usize,
+    _file: Option<File>,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mapping({} bytes, writable: {})", self.len, self.writable())
+    }
+}
+
+impl Mapping {
+    /// Maps `len` bytes of segment `name` in `dir`. `writable` gives a private copy-on-write
+    /// mapping (the owner never sees the writes); otherwise the mapping is read-only.
+    /// `Ok(None)` means the buffer is not there: freed, never published, or not on this host.
+    pub fn open(dir: &Path, name: &str, len: u64, writable: bool) -> Result<Option<Mapping>> {
+        if name.contains('/') || !name.starts_with(SEGMENT_PREFIX) {
+            return Err(Error::Protocol(format!("bad segment name {name:?}")));
+        }
+        let path = dir.join(name);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(format!("open {}", path.display()))(e)),
+        };
+        // The owner holds LOCK_EX on buffers it has not published or has freed into the pool.
+        if !flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
+            return Ok(None);
+        }
+        // Under our shared lock the name can no longer move; check it still names our file.
+        let (Ok(by_name), Ok(by_fd)) = (std::fs::metadata(&path), file.metadata()) else { return Ok(None) };
+        if by_name.ino() != by_fd.ino() || by_name.dev() != by_fd.dev() {
+            return Ok(None);
+        }
+        if by_fd.len() < len {
+            return Err(Error::Protocol(format!(
+                "segment {name} holds {} bytes, the reference says {len}",
+                by_fd.len()
+            )));
+        }
+        let map = if len == 0 {
+            Map::Empty
+        } else if writable {
+            // SAFETY: MAP_PRIVATE: writes stay in this process; the owner never truncates a
+            // segment while a consumer holds LOCK_SH, so the pages stay backed.
+            Map::Private(unsafe { MmapOptions::new().len(len as usize).map_copy(&file) }.map_err(io("map segment"))?)
+        } else {
+            Map::ReadOnly(MmapOptions::new().len(len as usize).map_raw_read_only(&file).map_err(io("map segment"))?)
+        };
+        Ok(Some(Mapping { map, len: len as usize, _file: Some(file) }))
+    }
+
+    /// Start of the mapped bytes (dangling but non-null when empty).
+    pub fn as_ptr(&self) -> *const u8 {
+        match &self.map {
+            Map::Empty => std::ptr::NonNull::dangling().as_ptr(),
+            Map::ReadOnly(m) => m.as_ptr(),
+            Map::Private(m) => m.as_ptr(),
+        }
+    }
+
+    /// Start of the mapped bytes for writing; `None` for read-only mappings.
+    pub fn as_mut_ptr(&mut self) -> Option<*mut u8> {
+        match &mut self.map {
+            Map::Private(m) => Some(m.as_mut_ptr()),
+            Map::Empty => Some(std::ptr::NonNull::dangling().as_ptr()),
+            Map::ReadOnly(_) => None,
+        }
+    }
+
+    /// Mapped length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether writes are allowed (private copy-on-write).
+    pub fn writable(&self) -> bool {
+        !matches!(self.map, Map::ReadOnly(_))
+    }
+
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` bytes long and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
+    }
+}
+
+/// Removes segments in `dir` whose owner process has exited. Returns how many it removed.
+pub fn sweep_orphans(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(SEGMENT_PREFIX)) else { continue };
+        let mut parts = rest.splitn(3, '-');
+        let (Some(pid), Some(start)) =
+            (parts.next().and_then(|p| p.parse().ok()), parts.next().and_then(|s| s.parse().ok()))
+        else {
+            continue;
+        };
+        if !process_alive(pid, start) && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_bound_slack() {
+        assert_eq!(size_class(0), 4096);
+        assert_eq!(size_class(4097), 8192);
+        assert_eq!(size_class(64 << 10), 64 << 10);
+        assert_eq!(size_class(1 << 30), 1 << 30);
+        for len in [65_537u64, 1_000_000, 3 << 20, (1 << 30) + 1] {
+            let c = size_class(len);
+            assert!(c >= len && c - len <= len / 8 + PAGE, "{len} -> {c}");
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The TCP path: the owner's server (one accept thread, one thread per connection, blocking
+//! sockets) and the consumer's client (a small cache of authenticated connections per
+//! endpoint). Data streams in frames of at most `max_frame` bytes straight from the owner's
+//! mapping into the consumer's destination buffer, so neither side holds more than one chunk.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::auth::{client_handshake, server_handshake};
+use crate::config::Config;
+use crate::error::{io, Error, Result};
+use crate::frame::{self, code, Kind, MAX_CONTROL};
+use crate::shm::Arena;
+
+/// How long a server waits for a handshake, and for the next request on an idle connection.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Payloads up to this size go out in one write with their header and trailer.
+const SMALL: usize = 64 << 10;
+
+/// The owner's listener. Dropping it stops accepting; open connections finish their request.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+struct Shared {
+    secret: Vec<u8>,
+    owner: String,
+    arena: Arc<Arena>,
+    max_frame: u32,
+    connections: AtomicUsize,
+    max_connections: usize,
+}
+
+impl Server {
+    /// Binds `cfg.bind` and serves `arena`'s published buffers to authenticated clients.
+    pub fn start(cfg: &Config, owner: &str, arena: Arc<Arena>) -> Result<Server> {
+        let listener = TcpListener::bind(cfg.bind).map_err(io(format!("bind {}", cfg.bind)))?;
+        let addr = listener.local_addr().map_err(io("listener address"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            secret: cfg.secret.clone(),
+            owner: owner.to_string(),
+            arena,
+            max_frame: cfg.max_frame,
+            connections: AtomicUsize::new(0),
+            max_connections: cfg.max_connections,
+        });
+        let stopping = stop.clone();
+        std::thread::Builder::new()
+            .name("accel-transport-accept".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if stopping.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let Ok(mut stream) = stream else { continue };
+                    if shared.connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
+                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                        let _ = frame::write(
+                            &mut stream,
+                            Kind::Err,
+                            &frame::error_payload(code::BUSY, "too many connections"),
+                        );
+                        continue;
+                    }
+                    let shared = shared.clone();
+                    let spawned = std::thread::Builder::new().name("accel-transport-conn".into()).spawn(move || {
+                        let _ = serve(&mut stream, &shared);
+                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                    });
+                    if spawned.is_err() {
+                        // The closure (and its count) was dropped with the failed spawn.
+                    }
+                }
+            })
+            .map_err(io("spawn the accept thread"))?;
+        Ok(Server { addr, stop })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
+    }
+}
+
+fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
+    s.set_nodelay(true).map_err(io("nodelay"))?;
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io("timeout"))?;
+    s.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    server_handshake(s, &sh.secret, &sh.owner)?;
+    s.set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    loop {
+        let (kind, payload) = frame::read(s, MAX_CONTROL)?;
+        match kind {
+            Kind::Get => {
+                let (buffer, want) = (frame::u64_at(&payload, 0)?, frame::u64_at(&payload, 8)?);
+                match sh.arena.lookup(buffer) {
+                    None => frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?,
+                    Some((_, len)) if len != want => {
+                        frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "length mismatch"))?
+                    }
+                    Some((map, len)) => {
+                        // SAFETY: `map` keeps the mapping alive; it is at least `len` bytes.
+                        let data = unsafe { std::slice::from_raw_parts(map.as_ptr(), len as usize) };
+                        send(s, data, sh.max_frame as usize)?;
+                    }
+                }
+            }
+            Kind::Free => {
+                let buffer = frame::u64_at(&payload, 0)?;
+                match sh.arena.free(buffer) {
+                    Ok(()) => frame::write(s, Kind::Freed, &[])?,
+                    Err(_) => {
+                        frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?
+                    }
+                }
+            }
+            other => {
+                let msg = format!("unexpected {other:?} frame");
+                let _ = frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, &msg));
+                return Err(Error::Protocol(msg));
+            }
+        }
+    }
+}
+
+fn send(s: &mut TcpStream, data: &[u8], chunk: usize) -> Result<()> {
+    let total = (data.len() as u64).to_le_bytes();
+    if data.len() <= SMALL.min(chunk) {
+        let mut out = frame::encode(Kind::Ok, &total);
+        out.extend_from_slice(&frame::header(Kind::Data, data.len()));
+        out.extend_from_slice(data);
+        out.extend_from_slice(&frame::header(Kind::End, 0));
+        return s.write_all(&out).map_err(io("send"));
+    }
+    frame::write(s, Kind::Ok, &total)?;
+    for piece in data.chunks(chunk) {
+        s.write_all(&frame::header(Kind::Data, piece.len())).map_err(io("send"))?;
+        s.write_all(piece).map_err(io("send"))?;
+    }
+    frame::write(s, Kind::End, &[])
+}
+
+/// A consumer's connections to owners, authenticated once and reused.
+#[derive(Debug)]
+pub struct Client {
+    secret: Vec<u8>,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    max_frame: u32,
+    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+}
+
+impl Client {
+    /// A client proving `cfg.secret`.
+    pub fn new(cfg: &Config) -> Client {
+        Client {
+            secret: cfg.secret.clone(),
+            connect_timeout: cfg.connect_timeout,
+            io_timeout: cfg.io_timeout,
+            max_frame: cfg.max_frame,
+            idle: Mutex::default(),
+        }
+    }
+
+    fn connect(&self, endpoint: &str, owner: &str) -> Result<TcpStream> {
+        let gone = || Error::OwnerGone { owner: format!("{owner} at {endpoint}") };
+        let addr = endpoint
+            .to_socket_addrs()
+            .map_err(io(format!("resolve {endpoint}")))?
+            .next()
+            .ok_or_else(|| Error::Protocol(format!("{endpoint} resolves to nothing")))?;
+        let mut s = match TcpStream::connect_timeout(&addr, self.connect_timeout) {
+            Ok(s) => s,
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::TimedOut) => return Err(gone()),
+            Err(e) => return Err(io(format!("connect to {endpoint}"))(e)),
+        };
+        s.set_nodelay(true).map_err(io("nodelay"))?;
+        s.set_read_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
+        s.set_write_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
+        let found = client_handshake(&mut s, &self.secret).map_err(|e| match e {
+            Error::Io { source, .. } if is_disconnect(&source) => gone(),
+            e => e,
+        })?;
+        if found != owner {
+            return Err(Error::Stale { expected: owner.into(), found, endpoint: endpoint.into() });
+        }
+        Ok(s)
+    }
+
+    /// Runs `f` on an authenticated connection to `owner` at `endpoint`. A cached connection
+    /// that turns out dead is replaced once by a fresh one.
+    fn with_conn<T>(&self, endpoint: &str, owner: &str, mut f: impl FnMut(&mut TcpStream) -> Result<T>) -> Result<T> {
+        let key = format!("{owner}@{endpoint}");
+        let cached = self.idle.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key).and_then(Vec::pop);
+        let result = match cached {
+            Some(mut s) => match f(&mut s) {
+                Err(Error::Io { .. }) => None,
+                other => Some(other.map(|v| (v, s))),
+            },
+            None => None,
+        };
+        let result = match result {
+            Some(r) => r,
+            None => {
+                let mut s = self.connect(endpoint, owner)?;
+                f(&mut s).map(|v| (v, s))
+            }
+        };
+        let gone = |e: Error| match e {
+            Error::Io { source, .. } if is_disconnect(&source) => {
+                Error::OwnerGone { owner: format!("{owner} at {endpoint} (connection lost)") }
+            }
+            e => e,
+        };
+        let (value, s) = result.map_err(gone)?;
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(s);
+        Ok(value)
+    }
+
+    /// Streams published buffer `buffer` of `owner` into `dst` (exactly its length).
+    pub fn fetch(&self, endpoint: &str, owner: &str, buffer: u64, dst: &mut [u8]) -> Result<()> {
+        let max_frame = self.max_frame;
+        self.with_conn(endpoint, owner, |s| {
+            let mut req = buffer.to_le_bytes().to_vec();
+            req.extend_from_slice(&(dst.len() as u64).to_le_bytes());
+            frame::write(s, Kind::Get, &req)?;
+            let ok = match frame::read(s, MAX_CONTROL)? {
+                (Kind::Ok, p) => p,
+                (Kind::Err, p) if p.first() == Some(&code::FREED) => {
+                    return Err(Error::Freed { owner: owner.into(), buffer })
+                }
+                (Kind::Err, p) => return Err(frame::remote_error(&p)),
+                (k, _) => return Err(Error::Protocol(format!("expected Ok, got {k:?}"))),
+            };
+            let total = frame::u64_at(&ok, 0)?;
+            if total != dst.len() as u64 {
+                return Err(Error::Protocol(format!("owner announced {total} bytes, expected {}", dst.len())));
+            }
+            let mut at = 0usize;
+            loop {
+                // The declared length is checked against both the frame limit and the room left
+                // in `dst` before a byte is read.
+                let (kind, len) = frame::read_header(s, max_frame)?;
+                match kind {
+                    Kind::Data if len as usize <= dst.len() - at => {
+                        s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
+                        at += len as usize;
+                    }
+                    Kind::Data => return Err(Error::Protocol("the owner sent more than announced".into())),
+                    Kind::End if at == dst.len() => return Ok(()),
+                    k => return Err(Error::Protocol(format!("unexpected {k:?} frame mid-stream"))),
+                }
+            }
+        })
+    }
+
+    /// Asks the owner to free `buffer`.
+    pub fn free(&self, endpoint: &str, owner: &str, buffer: u64) -> Result<()> {
+        self.with_conn(endpoint, owner, |s| {
+            frame::write(s, Kind::Free, &buffer.to_le_bytes())?;
+            match frame::read(s, MAX_CONTROL)? {
+                (Kind::Freed, _) => Ok(()),
+                (Kind::Err, p) if p.first() == Some(&code::FREED) => Err(Error::Freed { owner: owner.into(), buffer }),
+                (Kind::Err, p) => Err(frame::remote_error(&p)),
+                (k, _) => Err(Error::Protocol(format!("expected Freed, got {k:?}"))),
+            }
+        })
+    }
+
+    /// Drops the cached connections.
+    pub fn clear(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+fn is_disconnect(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::BrokenPipe
+            | ErrorKind::ConnectionRefused
+    )
+}

@@ -1,0 +1,251 @@
+//! End-to-end tests of the transport with real peers on loopback: handshakes, streaming,
+//! pool bounds, recycling under consumer locks, orphan sweeping and peers that die mid-stream.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use accel_transport::frame::{self, Kind, MAX_CONTROL};
+use accel_transport::{
+    client_handshake, server_handshake, sweep_orphans, Config, Descriptor, Error, Identity, Transport,
+};
+
+const SECRET: &[u8] = b"test-cluster-secret-0123456789";
+
+fn shm_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("accel-transport-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn config(tag: &str) -> Config {
+    let mut c = Config::new(SECRET);
+    c.shm_dir = shm_dir(tag);
+    c
+}
+
+/// Publishes `data` from `t` and returns its descriptor.
+fn publish(t: &Transport, data: &[u8]) -> Descriptor {
+    let a = t.arena().alloc(data.len() as u64).unwrap();
+    // SAFETY: the allocation is at least `data.len()` bytes and nobody else sees it yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), a.map.as_mut_ptr(), data.len())
+    };
+    t.arena().publish(a.buffer).unwrap();
+    Descriptor {
+        owner: t.owner().into(),
+        host: t.host().into(),
+        endpoint: t.endpoint().into(),
+        segment: a.segment,
+        buffer: a.buffer,
+        len: data.len() as u64,
+    }
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+#[test]
+fn tcp_fetch_with_the_right_secret_and_nothing_without_it() {
+    let cfg = config("tcp");
+    let owner = Transport::start(cfg.clone()).unwrap();
+    let consumer = Transport::start(cfg.clone()).unwrap();
+    for n in [0usize, 1, 4096, 100_000, (9 << 20) + 7] {
+        let data = pattern(n);
+        let d = publish(&owner, &data);
+        let mut got = vec![0u8; n];
+        consumer.fetch_tcp(&d, &mut got).unwrap();
+        assert!(got == data, "{n} bytes differ");
+        consumer.free(&d).unwrap();
+        assert!(matches!(consumer.fetch_tcp(&d, &mut got), Err(Error::Freed { .. })));
+    }
+    let d = publish(&owner, &pattern(4096));
+    let mut wrong = cfg.clone();
+    wrong.secret = b"not-the-cluster-secret!!".to_vec();
+    let thief = Transport::start(wrong).unwrap();
+    let mut got = vec![0u8; 4096];
+    match thief.fetch_tcp(&d, &mut got) {
+        Err(Error::Auth(_)) => {}
+        other => panic!("expected an authentication error, got {other:?}"),
+    }
+    assert!(got.iter().all(|b| *b == 0), "a client without the secret read data");
+}
+
+#[test]
+fn raw_client_without_secret_is_refused_and_reads_nothing() {
+    let owner = Transport::start(config("raw")).unwrap();
+    let d = publish(&owner, &pattern(4096));
+    let mut s = TcpStream::connect(owner.endpoint()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _hello = frame::expect(&mut s, Kind::Hello, MAX_CONTROL).unwrap();
+    // Skip authentication and ask for the buffer straight away.
+    let mut req = d.buffer.to_le_bytes().to_vec();
+    req.extend_from_slice(&d.len.to_le_bytes());
+    frame::write(&mut s, Kind::Get, &req).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(rest.len() < 64, "the server sent {} bytes to an unauthenticated client", rest.len());
+    assert!(!rest.windows(16).any(|w| w == &pattern(4096)[..16]));
+}
+
+#[test]
+fn oversize_frame_is_rejected_and_the_server_keeps_serving() {
+    let owner = Transport::start(config("oversize")).unwrap();
+    let mut s = TcpStream::connect(owner.endpoint()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    client_handshake(&mut s, SECRET).unwrap();
+    // A request header declaring 4 GiB - 1: the server must drop us without allocating it.
+    s.write_all(&[0xff, 0xff, 0xff, 0xff, Kind::Get as u8]).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(rest.is_empty());
+    let consumer = Transport::start(config("oversize-c")).unwrap();
+    let data = pattern(5000);
+    let d = publish(&owner, &data);
+    let mut got = vec![0u8; data.len()];
+    consumer.fetch_tcp(&d, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+#[test]
+fn pool_is_bounded_and_freed_buffers_are_recycled() {
+    let mut cfg = config("pool");
+    cfg.pool_bytes = 1 << 20;
+    let t = Transport::start(cfg.clone()).unwrap();
+    let a = t.arena().alloc(768 << 10).unwrap();
+    match t.arena().alloc(512 << 10) {
+        Err(Error::PoolExhausted { requested, limit, .. }) => assert_eq!((requested, limit), (512 << 10, 1 << 20)),
+        other => panic!("expected PoolExhausted, got {other:?}"),
+    }
+    let (buffer, map) = (a.buffer, a.map);
+    drop(map);
+    t.arena().publish(buffer).unwrap();
+    t.arena().free(buffer).unwrap();
+    assert_eq!(t.pool().idle_bytes, 768 << 10);
+    // Same class: recycled, not created.
+    let b = t.arena().alloc(760 << 10).unwrap();
+    assert_eq!((t.pool().idle_bytes, t.pool().live_bytes), (0, 768 << 10));
+    drop(b);
+    let files = || std::fs::read_dir(&cfg.shm_dir).unwrap().count();
+    assert_eq!(files(), 1);
+}
+
+#[test]
+fn a_mapped_buffer_is_never_recycled_under_its_consumer() {
+    let cfg = config("mapped");
+    let owner = Transport::start(cfg.clone()).unwrap();
+    let consumer = Transport::start(cfg.clone()).unwrap();
+    let data = pattern(100_000);
+    let d = publish(&owner, &data);
+    let m = consumer.open_shm(&d, false).unwrap();
+    owner.free(&d).unwrap();
+    assert_eq!(owner.pool().idle_bytes, 0, "a mapped buffer went back to the pool");
+    let e = publish(&owner, &pattern(100_000).iter().map(|b| !b).collect::<Vec<_>>());
+    assert_eq!(m.bytes(), &data[..], "the consumer's view changed under it");
+    assert!(matches!(consumer.open_shm(&d, false), Err(Error::Freed { .. })));
+    drop(m);
+    // Unmapped: freeing recycles; the old name no longer opens.
+    owner.free(&e).unwrap();
+    assert!(owner.pool().idle_bytes > 0);
+    assert!(matches!(consumer.open_shm(&e, false), Err(Error::Freed { .. })));
+    // A writable mapping is private: the owner's bytes stay as they were.
+    let f = publish(&owner, &data);
+    let mut w = consumer.open_shm(&f, true).unwrap();
+    // SAFETY: a private mapping of `f.len` bytes.
+    #[allow(unsafe_code)]
+    unsafe {
+        *w.as_mut_ptr().unwrap() = 0xAA
+    };
+    assert_eq!(consumer.open_shm(&f, false).unwrap().bytes()[0], data[0]);
+}
+
+#[test]
+fn orphans_of_dead_owners_are_swept_and_live_ones_kept() {
+    let dir = shm_dir("sweep");
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+    let start: u64 = stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(19).unwrap().parse().unwrap();
+    let me = Identity::current().unwrap();
+    std::fs::write(dir.join(format!("accel-{}-{start}-1", child.id())), b"x").unwrap();
+    std::fs::write(dir.join(format!("{}7", me.segment_prefix())), b"x").unwrap();
+    std::fs::write(dir.join("unrelated"), b"x").unwrap();
+    assert_eq!(sweep_orphans(&dir), 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(sweep_orphans(&dir), 1);
+    let mut left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.sort();
+    assert_eq!(left.len(), 2);
+}
+
+#[test]
+fn a_client_that_dies_mid_stream_does_not_hurt_the_server() {
+    let owner = Transport::start(config("crash")).unwrap();
+    let data = pattern(32 << 20);
+    let d = publish(&owner, &data);
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(owner.endpoint()).unwrap();
+        client_handshake(&mut s, SECRET).unwrap();
+        let mut req = d.buffer.to_le_bytes().to_vec();
+        req.extend_from_slice(&d.len.to_le_bytes());
+        frame::write(&mut s, Kind::Get, &req).unwrap();
+        let mut some = [0u8; 100_000];
+        s.read_exact(&mut some).unwrap();
+        drop(s);
+    }
+    let consumer = Transport::start(config("crash-c")).unwrap();
+    let mut got = vec![0u8; data.len()];
+    consumer.fetch_tcp(&d, &mut got).unwrap();
+    assert!(got == data);
+}
+
+#[test]
+fn an_owner_that_dies_mid_stream_fails_the_fetch_quickly() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        server_handshake(&mut s, SECRET, "1-2-0000000000000003").unwrap();
+        let _req = frame::read(&mut s, MAX_CONTROL).unwrap();
+        frame::write(&mut s, Kind::Ok, &(1u64 << 20).to_le_bytes()).unwrap();
+        s.write_all(&frame::header(Kind::Data, 1 << 20)).unwrap();
+        s.write_all(&[7u8; 1000]).unwrap();
+        // The owner "dies": the socket closes mid-frame.
+    });
+    let consumer = Transport::start(config("dies")).unwrap();
+    let d = Descriptor {
+        owner: "1-2-0000000000000003".into(),
+        host: "elsewhere".into(),
+        endpoint,
+        segment: "accel-1-2-1".into(),
+        buffer: 1,
+        len: 1 << 20,
+    };
+    let started = Instant::now();
+    let mut got = vec![0u8; 1 << 20];
+    match consumer.fetch_tcp(&d, &mut got) {
+        Err(Error::OwnerGone { .. }) => {}
+        other => panic!("expected OwnerGone, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    fake.join().unwrap();
+    // Nobody listens there any more: a clean OwnerGone as well.
+    assert!(matches!(consumer.fetch_tcp(&d, &mut got), Err(Error::OwnerGone { .. })));
+}
+
+#[test]
+fn a_reference_to_a_previous_incarnation_is_stale() {
+    let owner = Transport::start(config("stale")).unwrap();
+    let consumer = Transport::start(config("stale-c")).unwrap();
+    let mut d = publish(&owner, &pattern(10));
+    d.owner = format!("{}-{}-{:016x}", owner.identity().pid, owner.identity().start, owner.identity().nonce ^ 1);
+    let mut got = vec![0u8; 10];
+    match consumer.fetch_tcp(&d, &mut got) {
+        Err(Error::Stale { found, .. }) => assert_eq!(found, owner.owner()),
+        other => panic!("expected Stale, got {other:?}"),
+    }
+}
