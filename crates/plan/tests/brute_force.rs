@@ -1,0 +1,188 @@
+//! Quality: on random small instances the planner's choice scores exactly as well as the best
+//! of every valid (node, device subset) pair, found by brute force with an independent checker.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accel_model::{Endpoint, Machine, PathClass, PathClassifier};
+use accel_plan::{Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, Planner, Request};
+use support::{build, Spec};
+
+/// A small deterministic generator (xorshift64*), so the instances are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+fn random_spec(rng: &mut Rng) -> Spec {
+    let gpus = 2 + rng.below(7) as usize;
+    let numa_nodes = 1 + rng.below(2) as u32;
+    let numa = (0..gpus).map(|_| rng.below(u64::from(numa_nodes)) as u32).collect();
+    let mut links = Vec::new();
+    for a in 0..gpus {
+        for b in a + 1..gpus {
+            if rng.chance(45) {
+                links.push((a, b, [100.0, 200.0, 400.0][rng.below(3) as usize]));
+            }
+        }
+    }
+    let nics = (0..gpus).filter(|_| rng.chance(40)).collect();
+    Spec { vendor: "nvidia", sku: None, gpus, numa, links, nics, memory_gb: 80, clique: None }
+}
+
+fn random_bundle(rng: &mut Rng) -> Bundle {
+    let mut b = Bundle::new(1 + rng.below(4) as u32);
+    b.connectivity = match rng.below(4) {
+        0 => Connectivity::Any,
+        1 => Connectivity::ScaleUp,
+        2 => Connectivity::Island,
+        // Above every PCIe estimate, so only linked pairs qualify.
+        _ => Connectivity::MinGbps([150.0, 300.0][rng.below(2) as usize]),
+    };
+    b.same_numa = rng.chance(25);
+    b.nic = match rng.below(4) {
+        0 => Some(NicDistance::Pix),
+        1 => Some(NicDistance::Pxb),
+        _ => None,
+    };
+    b
+}
+
+/// The independent checker: links, islands, NUMA and NIC classes straight from the machine.
+fn valid(m: &Machine, subset: &[usize], bundle: &Bundle) -> bool {
+    let id = |i: usize| m.accelerators[i].id.as_str();
+    let link = |a: usize, b: usize| {
+        m.links
+            .iter()
+            .filter(|l| (l.a == id(a) && l.b == id(b)) || (l.a == id(b) && l.b == id(a)))
+            .filter_map(|l| l.gbps)
+            .fold(None, |acc: Option<f64>, g| Some(acc.map_or(g, |x| x.max(g))))
+    };
+    // Islands by repeated relaxation.
+    let n = m.accelerators.len();
+    let mut comp: Vec<usize> = (0..n).collect();
+    for _ in 0..n {
+        for a in 0..n {
+            for b in 0..n {
+                if link(a, b).is_some() {
+                    let low = comp[a].min(comp[b]);
+                    comp[a] = low;
+                    comp[b] = low;
+                }
+            }
+        }
+    }
+    let classifier = PathClassifier::new(m);
+    for (i, &a) in subset.iter().enumerate() {
+        if let Some(want) = bundle.nic {
+            let ok = (0..m.nics.len()).filter(|&j| m.nics[j].rdma).any(|j| {
+                match classifier.classify(Endpoint::Accelerator(a), Endpoint::Nic(j)) {
+                    PathClass::Pix => true,
+                    PathClass::Pxb => want == NicDistance::Pxb,
+                    _ => false,
+                }
+            });
+            if !ok {
+                return false;
+            }
+        }
+        for &b in &subset[i + 1..] {
+            let pair_ok = match bundle.connectivity {
+                Connectivity::Any => true,
+                Connectivity::ScaleUp => link(a, b).is_some(),
+                Connectivity::Island => comp[a] == comp[b],
+                Connectivity::MinGbps(min) => link(a, b).is_some_and(|g| g >= min),
+            };
+            let numa_ok = !bundle.same_numa
+                || (m.accelerators[a].numa_node.is_some()
+                    && m.accelerators[a].numa_node == m.accelerators[b].numa_node);
+            if !pair_ok || !numa_ok {
+                return false;
+            }
+        }
+    }
+    !bundle.same_numa || subset.len() > 1 || m.accelerators[subset[0]].numa_node.is_some()
+}
+
+#[test]
+fn planner_matches_brute_force_on_1000_random_instances() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut feasible, mut infeasible) = (0, 0);
+    for case in 0..1000 {
+        let nodes = 1 + rng.below(3) as usize;
+        let specs: Vec<Spec> = (0..nodes).map(|_| random_spec(&mut rng)).collect();
+        let machines: Vec<Machine> = specs.iter().map(build).collect();
+        let taken: Vec<BTreeSet<usize>> =
+            machines.iter().map(|m| (0..m.accelerators.len()).filter(|_| rng.chance(25)).collect()).collect();
+        let cluster = Cluster {
+            machines: BTreeMap::new(),
+            nodes: machines
+                .iter()
+                .enumerate()
+                .map(|(i, m)| ClusterNode {
+                    name: format!("n{i}"),
+                    labels: BTreeMap::new(),
+                    machine: MachineRef::Inline(Box::new(m.clone())),
+                    allocated: taken[i].iter().map(|&d| m.accelerators[d].id.clone()).collect(),
+                })
+                .collect(),
+        };
+        let bundle = random_bundle(&mut rng);
+        let request = Request {
+            bundles: vec![bundle.clone()],
+            same: None,
+            strategy: Default::default(),
+            select: BTreeMap::new(),
+        };
+        let mut planner = Planner::new(&cluster).unwrap();
+
+        let mut best: Option<f64> = None;
+        for (i, m) in machines.iter().enumerate() {
+            let free: Vec<usize> = (0..m.accelerators.len()).filter(|d| !taken[i].contains(d)).collect();
+            for bits in 0u32..(1 << free.len()) {
+                if bits.count_ones() != bundle.count {
+                    continue;
+                }
+                let subset: Vec<usize> = (0..free.len()).filter(|k| bits & (1 << k) != 0).map(|k| free[k]).collect();
+                if !valid(m, &subset, &bundle) {
+                    continue;
+                }
+                let ids: Vec<&str> = subset.iter().map(|&d| m.accelerators[d].id.as_str()).collect();
+                let s = planner.score_of(&format!("n{i}"), &ids, &bundle).unwrap().total;
+                best = Some(best.map_or(s, |b: f64| b.max(s)));
+            }
+        }
+        match (planner.plan(&request), best) {
+            (Ok(p), Some(b)) => {
+                assert_eq!(p.score, b, "case {case}: planner {p:?} vs brute force {b}");
+                // The planner's own choice passes the independent checker.
+                let node = p.bundles[0].node[1..].parse::<usize>().unwrap();
+                let m = &machines[node];
+                let subset: Vec<usize> = p.bundles[0]
+                    .devices
+                    .iter()
+                    .map(|d| m.accelerators.iter().position(|a| a.id == d.id).unwrap())
+                    .collect();
+                assert!(valid(m, &subset, &bundle), "case {case}: invalid choice {p:?}");
+                feasible += 1;
+            }
+            (Err(_), None) => infeasible += 1,
+            (got, want) => panic!("case {case}: planner {got:?}, brute force {want:?}, bundle {bundle:?}"),
+        }
+    }
+    // Both outcomes are exercised.
+    assert!(feasible > 300 && infeasible > 100, "feasible {feasible}, infeasible {infeasible}");
+}
