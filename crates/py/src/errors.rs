@@ -7,11 +7,23 @@ use pyo3::prelude::*;
 
 create_exception!(accel, AccelError, PyException, "Base class of every error accel raises.");
 create_exception!(accel, DiscoveryError, AccelError, "Discovery could not start (a bad root or SKU file).");
+create_exception!(accel, TransportError, AccelError, "A tensor transport operation failed.");
+create_exception!(accel, PoolExhausted, TransportError, "The shared-memory pool bound would be exceeded.");
+create_exception!(accel, OwnerGone, TransportError, "The owner of a reference has exited.");
+create_exception!(accel, StaleReference, OwnerGone, "A reference to an owner that has since restarted.");
+create_exception!(accel, BufferFreed, TransportError, "The referenced buffer was freed.");
+create_exception!(accel, AuthError, TransportError, "The peer does not hold the cluster secret.");
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("AccelError", py.get_type::<AccelError>())?;
     m.add("DiscoveryError", py.get_type::<DiscoveryError>())?;
+    m.add("TransportError", py.get_type::<TransportError>())?;
+    m.add("PoolExhausted", py.get_type::<PoolExhausted>())?;
+    m.add("OwnerGone", py.get_type::<OwnerGone>())?;
+    m.add("StaleReference", py.get_type::<StaleReference>())?;
+    m.add("BufferFreed", py.get_type::<BufferFreed>())?;
+    m.add("AuthError", py.get_type::<AuthError>())?;
     Ok(())
 }
 
@@ -22,4 +34,18 @@ pub fn to_py<E: std::fmt::Display>(kind: fn(String) -> PyErr) -> impl Fn(E) -> P
 
 pub fn discovery_error(message: String) -> PyErr {
     DiscoveryError::new_err(message)
+}
+
+/// Maps a transport error onto its Python exception.
+pub fn transport_error(e: accel_transport::Error) -> PyErr {
+    use accel_transport::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::PoolExhausted { .. } => PoolExhausted::new_err(msg),
+        E::OwnerGone { .. } => OwnerGone::new_err(msg),
+        E::Stale { .. } => StaleReference::new_err(msg),
+        E::Freed { .. } => BufferFreed::new_err(msg),
+        E::Auth(_) => AuthError::new_err(msg),
+        _ => TransportError::new_err(msg),
+    }
 }

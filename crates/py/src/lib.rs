@@ -6,6 +6,7 @@
 
 mod discover;
 mod errors;
+mod transport;
 
 use pyo3::prelude::*;
 
@@ -14,5 +15,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     discover::register(m)?;
+    transport::register(m)?;
     Ok(())
 }

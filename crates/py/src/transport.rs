@@ -1,0 +1,272 @@
+//! The transport from Python: one `Transport` per process (re-created after a fork), buffers
+//! exported through the buffer protocol so numpy views map shared memory without a copy, and
+//! metrics. The Python layer (`accel.transport`) builds references and arrays on top.
+
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accel_transport::{sweep_orphans, Config, Descriptor, Mapping, Path, Transport};
+use memmap2::MmapRaw;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::transport_error;
+
+static CURRENT: Mutex<Option<Arc<Transport>>> = Mutex::new(None);
+
+/// The process's transport, started from `vars` on first use (and again in a forked child,
+/// whose inherited transport belongs to the parent and is leaked, never dropped: dropping it
+/// would unlink the parent's segments).
+fn current(vars: Option<&Bound<'_, PyDict>>) -> PyResult<Arc<Transport>> {
+    let mut slot = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = slot.as_ref() {
+        if t.identity().pid == std::process::id() {
+            return Ok(t.clone());
+        }
+        std::mem::forget(slot.take());
+    }
+    let vars = vars.ok_or_else(|| transport_error(accel_transport::Error::Config("transport not started".into())))?;
+    let lookup = |k: &str| vars.get_item(k).ok().flatten().and_then(|v| v.extract::<String>().ok());
+    let cfg = Config::from_lookup(lookup).map_err(transport_error)?;
+    let t = Arc::new(Transport::start(cfg).map_err(transport_error)?);
+    *slot = Some(t.clone());
+    Ok(t)
+}
+
+fn started() -> PyResult<Arc<Transport>> {
+    current(None)
+}
+
+#[derive(Debug)]
+enum Keep {
+    Owner(#[allow(dead_code)] Arc<MmapRaw>),
+    Consumer(#[allow(dead_code)] Mapping),
+}
+
+/// Bytes of shared memory exported through the buffer protocol; the mapping lives as long as
+/// this object, and so as long as any numpy view over it.
+#[pyclass(module = "accel._native", frozen, weakref)]
+#[derive(Debug)]
+pub struct SharedBuffer {
+    ptr: usize,
+    len: usize,
+    readonly: bool,
+    _keep: Keep,
+}
+
+#[pymethods]
+impl SharedBuffer {
+    /// # Safety
+    /// `view` is a valid `Py_buffer` the interpreter passes in.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let (ptr, len, readonly) = {
+            let me = slf.get();
+            (me.ptr, me.len, me.readonly)
+        };
+        if readonly && (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err(
+                "this transport buffer is read-only (get(..., writable=True) copies on write)",
+            ));
+        }
+        // SAFETY: `ptr..ptr+len` stays mapped while `slf` lives, and FillInfo takes a reference
+        // to `slf` that the consumer of the view releases.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr as *mut c_void, len as isize, c_int::from(readonly), flags)
+        };
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.readonly
+    }
+}
+
+/// Starts (or returns) this process's transport; `vars` holds the ACCEL_TRANSPORT_* settings.
+/// Returns `(owner, host, endpoint)`.
+#[pyfunction]
+fn transport_start(vars: &Bound<'_, PyDict>) -> PyResult<(String, String, String)> {
+    let t = current(Some(vars))?;
+    Ok((t.owner().to_string(), t.host().to_string(), t.endpoint().to_string()))
+}
+
+/// Allocates an unpublished buffer: `(buffer id, segment name, writable SharedBuffer)`.
+#[pyfunction]
+fn transport_alloc(py: Python<'_>, nbytes: u64) -> PyResult<(u64, String, SharedBuffer)> {
+    let t = started()?;
+    let a = py.detach(|| t.arena().alloc(nbytes)).map_err(transport_error)?;
+    let buf = SharedBuffer {
+        ptr: a.map.as_mut_ptr() as usize,
+        len: nbytes as usize,
+        readonly: false,
+        _keep: Keep::Owner(a.map),
+    };
+    Ok((a.buffer, a.segment, buf))
+}
+
+/// Makes a buffer readable by other processes.
+#[pyfunction]
+fn transport_publish(buffer: u64) -> PyResult<()> {
+    started()?.arena().publish(buffer).map_err(transport_error)
+}
+
+fn descriptor(owner: String, endpoint: String, segment: String, buffer: u64, nbytes: u64) -> Descriptor {
+    Descriptor { owner, host: String::new(), endpoint, segment, buffer, len: nbytes }
+}
+
+/// Frees a buffer, locally or by asking its owner.
+#[pyfunction]
+fn transport_free(py: Python<'_>, owner: String, endpoint: String, buffer: u64) -> PyResult<()> {
+    let t = started()?;
+    let d = descriptor(owner, endpoint, String::new(), buffer, 0);
+    py.detach(|| t.free(&d)).map_err(transport_error)
+}
+
+/// Maps a same-host buffer (read-only, or private copy-on-write when `writable`).
+#[pyfunction]
+fn transport_open_shm(
+    owner: String,
+    segment: String,
+    buffer: u64,
+    nbytes: u64,
+    writable: bool,
+) -> PyResult<SharedBuffer> {
+    let t = started()?;
+    let d = descriptor(owner, String::new(), segment, buffer, nbytes);
+    let mut m = t.open_shm(&d, writable).map_err(transport_error)?;
+    let ptr = match m.as_mut_ptr() {
+        Some(p) => p as usize,
+        None => m.as_ptr() as usize,
+    };
+    Ok(SharedBuffer { ptr, len: m.len(), readonly: !writable, _keep: Keep::Consumer(m) })
+}
+
+/// Streams a buffer over TCP into `out`, a writable C-contiguous buffer of exactly its size.
+#[pyfunction]
+fn transport_fetch_tcp(
+    py: Python<'_>,
+    owner: String,
+    endpoint: String,
+    buffer: u64,
+    out: PyBuffer<u8>,
+) -> PyResult<()> {
+    if out.readonly() || !out.is_c_contiguous() {
+        return Err(PyValueError::new_err("the destination must be a writable, C-contiguous buffer"));
+    }
+    let (ptr, len) = (out.buf_ptr() as usize, out.len_bytes());
+    let t = started()?;
+    let d = descriptor(owner, endpoint, String::new(), buffer, len as u64);
+    py.detach(|| {
+        // SAFETY: `out` holds the exporter's buffer (and so its memory) until this returns.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        t.fetch_tcp(&d, dst)
+    })
+    .map_err(transport_error)
+}
+
+/// The path for a buffer of `owner` on `host`, as seen from this process.
+#[pyfunction]
+fn transport_choose(owner: &str, host: &str) -> PyResult<&'static str> {
+    let t = started()?;
+    Ok(Path::choose(t.owner(), t.host(), owner, host).name())
+}
+
+/// Records a transfer (`ok`) or a failure on `path` in this process's metrics.
+#[pyfunction]
+fn transport_record(path: &str, nbytes: u64, seconds: f64, ok: bool) -> PyResult<()> {
+    let p = Path::parse(path).ok_or_else(|| PyValueError::new_err(format!("unknown path {path:?}")))?;
+    let t = started()?;
+    if ok {
+        t.metrics().transfer(p, nbytes, Duration::from_secs_f64(seconds.max(0.0)));
+    } else {
+        t.metrics().error(p);
+    }
+    Ok(())
+}
+
+/// Metrics and pool usage as a dict.
+#[pyfunction]
+fn transport_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let t = started()?;
+    let out = PyDict::new(py);
+    let paths = PyDict::new(py);
+    for s in t.metrics().snapshot() {
+        let d = PyDict::new(py);
+        d.set_item("transfers", s.transfers)?;
+        d.set_item("bytes", s.bytes)?;
+        d.set_item("errors", s.errors)?;
+        d.set_item("latency_sum_s", s.latency_sum_s)?;
+        let le: Vec<f64> = accel_transport::BUCKETS.iter().copied().chain([f64::INFINITY]).collect();
+        d.set_item("latency_buckets", le.into_iter().zip(s.buckets).collect::<Vec<_>>())?;
+        paths.set_item(s.path.name(), d)?;
+    }
+    out.set_item("paths", paths)?;
+    let pool = t.pool();
+    let p = PyDict::new(py);
+    p.set_item("live_buffers", pool.live_buffers)?;
+    p.set_item("live_bytes", pool.live_bytes)?;
+    p.set_item("idle_bytes", pool.idle_bytes)?;
+    p.set_item("limit_bytes", pool.limit_bytes)?;
+    out.set_item("pool", p)?;
+    out.set_item("owner", t.owner())?;
+    out.set_item("endpoint", t.endpoint())?;
+    Ok(out)
+}
+
+/// The Prometheus text exposition of this process's transport.
+#[pyfunction]
+fn transport_prometheus() -> PyResult<String> {
+    let t = started()?;
+    Ok(t.metrics().render_prometheus(Some(t.pool())))
+}
+
+/// Removes segments in `dir` whose owner exited; returns how many.
+#[pyfunction]
+fn transport_sweep(dir: std::path::PathBuf) -> usize {
+    sweep_orphans(&dir)
+}
+
+/// Drops this owner's pooled buffers.
+#[pyfunction]
+fn transport_trim() -> PyResult<()> {
+    started()?.arena().trim();
+    Ok(())
+}
+
+/// Unlinks every segment of this process (exit hook). Views already mapped stay valid.
+#[pyfunction]
+fn transport_shutdown() {
+    let slot = CURRENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = slot.as_ref().filter(|t| t.identity().pid == std::process::id()) {
+        t.shutdown();
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SharedBuffer>()?;
+    m.add_function(wrap_pyfunction!(transport_start, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_publish, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_free, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_open_shm, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_fetch_tcp, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_choose, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_record, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_prometheus, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_trim, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_shutdown, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,315 @@
+"""Direct tensor transport: pass a small reference through Ray, move the bytes directly.
+
+    >>> from accel import transport
+    >>> ref = transport.put(array)        # in the owner: publish, get a ~300-byte reference
+    >>> arr = transport.get(ref)          # in any process: the array (zero-copy on one host)
+    >>> buf = transport.empty((n,), "f4") # write in place into shared memory, then put(buf)
+    >>> transport.free(ref)               # or let Ray's tensor transport free it
+
+Paths, chosen from where the two ends are (and overridable per call, per reference or with
+ACCEL_TRANSPORT_PATH): ``local`` (same process: the owner's own array), ``shm`` (same host: a
+read-only mapping of the owner's shared-memory segment), ``tcp`` (other hosts: an authenticated
+stream). Buffers live until freed or until their owner exits; a reference object going away
+frees nothing. See README.md ("Tensor transport") for configuration and security.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _native
+from ._native import (
+    AuthError,
+    BufferFreed,
+    OwnerGone,
+    PoolExhausted,
+    StaleReference,
+    TransportError,
+)
+
+__all__ = [
+    "Ref",
+    "put",
+    "get",
+    "empty",
+    "free",
+    "stats",
+    "prometheus",
+    "sweep",
+    "info",
+    "TransportError",
+    "PoolExhausted",
+    "OwnerGone",
+    "StaleReference",
+    "BufferFreed",
+    "AuthError",
+]
+
+SECRET_VAR = "ACCEL_TRANSPORT_SECRET"
+PATHS = ("local", "shm", "tcp")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a published buffer. Small and picklable; holding it keeps nothing alive."""
+
+    owner: str  # <pid>-<start time>-<incarnation nonce>: a restarted owner is another owner
+    host: str  # hostname/boot id/pid namespace
+    endpoint: str  # the owner's TCP listener, host:port
+    segment: str  # the shared-memory segment name
+    buffer: int
+    nbytes: int
+    shape: tuple
+    dtype: str
+    kind: str = "numpy"  # "numpy", "torch" or "bytes": what get() hands back
+    path: str = "auto"  # a forced path, or "auto"
+
+    @property
+    def chosen_path(self) -> str:
+        """The path get() takes for this reference in the calling process."""
+        return _path_for(self, None)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.pid = -1
+        self.owner = self.host = self.endpoint = ""
+        self.lock = threading.Lock()
+        self.local: dict[int, np.ndarray] = {}  # published buffer id -> the owner's array
+        self.pending: dict[int, tuple[int, str]] = {}  # id(SharedBuffer) -> (buffer id, segment)
+
+
+_state = _State()
+
+
+def _reset_after_fork() -> None:
+    global _state
+    _state = _State()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _start() -> _State:
+    st = _state
+    if st.pid == os.getpid():
+        return st
+    with st.lock:
+        if st.pid != os.getpid():
+            if not os.environ.get(SECRET_VAR):
+                # Child processes (multiprocessing, a Ray cluster started from here) inherit it.
+                os.environ[SECRET_VAR] = secrets.token_hex(32)
+            st.owner, st.host, st.endpoint = _native.transport_start(dict(os.environ))
+            st.pid = os.getpid()
+    return st
+
+
+def info() -> dict[str, str]:
+    """This process's owner id, host id and TCP endpoint."""
+    st = _start()
+    return {"owner": st.owner, "host": st.host, "endpoint": st.endpoint}
+
+
+def _root(arr: np.ndarray) -> Any:
+    base = arr
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
+
+
+def _forget_pending(key: int, buffer: int) -> None:
+    st = _state
+    if st.pending.pop(key, None) is not None and st.pid == os.getpid():
+        try:
+            _native.transport_free(st.owner, st.endpoint, buffer)
+        except TransportError:
+            pass
+
+
+def empty(shape, dtype=np.float32) -> np.ndarray:
+    """A writable array in this owner's shared memory. Fill it, then put() it: no copy.
+
+    Dropping it without put() returns its memory to the pool.
+    """
+    st = _start()
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise TypeError("object arrays cannot travel through shared memory")
+    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buffer, segment, sb = _native.transport_alloc(nbytes)
+    st.pending[id(sb)] = (buffer, segment)
+    weakref.finalize(sb, _forget_pending, id(sb), buffer)
+    return np.frombuffer(sb, dtype=dtype, count=nbytes // dtype.itemsize if dtype.itemsize else 0).reshape(shape)
+
+
+def _as_array(obj: Any) -> tuple[np.ndarray, str]:
+    if isinstance(obj, np.ndarray):
+        return obj, "numpy"
+    mod = type(obj).__module__
+    if mod.startswith("torch") and hasattr(obj, "__dlpack__"):
+        t = obj.detach()
+        if t.device.type != "cpu":
+            raise TransportError("accel.transport moves host memory; copy the tensor to the CPU first")
+        return np.from_dlpack(t.contiguous()), "torch"
+    if hasattr(obj, "__dlpack__"):
+        return np.from_dlpack(obj), "numpy"
+    return np.asarray(memoryview(obj)), "bytes"
+
+
+def put(obj: Any, *, path: str | None = None) -> Ref:
+    """Publish `obj` (a numpy array, any buffer-protocol object, or a CPU torch tensor).
+
+    An array made by empty() is published in place; anything else is copied once into this
+    owner's pre-faulted shared-memory pool. Raises PoolExhausted past the pool bound.
+    """
+    if path is not None and path not in PATHS and path != "auto":
+        raise ValueError(f"unknown path {path!r}; expected one of {PATHS} or 'auto'")
+    st = _start()
+    arr, kind = _as_array(obj)
+    if arr.dtype.hasobject:
+        raise TypeError("object arrays cannot travel through shared memory")
+    root = _root(arr)
+    entry = st.pending.get(id(root)) if isinstance(root, _native.SharedBuffer) else None
+    if (
+        entry is not None
+        and arr.flags.c_contiguous
+        and arr.nbytes == len(root)
+        and arr.__array_interface__["data"][0] == np.frombuffer(root, np.uint8).__array_interface__["data"][0]
+    ):
+        st.pending.pop(id(root))
+        buffer, segment = entry
+        view = arr
+    else:
+        buffer, segment, sb = _native.transport_alloc(arr.nbytes)
+        view = np.frombuffer(sb, dtype=arr.dtype, count=arr.size).reshape(arr.shape)
+        np.copyto(view, arr, casting="no")
+    _native.transport_publish(buffer)
+    st.local[buffer] = view
+    return Ref(
+        owner=st.owner,
+        host=st.host,
+        endpoint=st.endpoint,
+        segment=segment,
+        buffer=buffer,
+        nbytes=int(arr.nbytes),
+        shape=tuple(arr.shape),
+        dtype=arr.dtype.str,
+        kind=kind,
+        path=path or "auto",
+    )
+
+
+def _path_for(ref: Ref, path: str | None) -> str:
+    chosen = path or (ref.path if ref.path != "auto" else None) or os.environ.get("ACCEL_TRANSPORT_PATH") or "auto"
+    if chosen == "auto":
+        _start()
+        return _native.transport_choose(ref.owner, ref.host)
+    if chosen not in PATHS:
+        raise ValueError(f"unknown path {chosen!r}; expected one of {PATHS} or 'auto'")
+    return chosen
+
+
+def _finish(arr: np.ndarray, ref: Ref) -> Any:
+    if ref.kind == "torch":
+        import torch  # the owner had torch, so the consumer is expected to
+
+        return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+    return arr
+
+
+def get(ref: Ref, *, path: str | None = None, writable: bool = False, copy: bool = False) -> Any:
+    """The referenced array, in any process.
+
+    Same process: the owner's array (read-only view). Same host: a read-only zero-copy mapping,
+    or with writable=True a private copy-on-write one. Other hosts: streamed over TCP into a new
+    array. copy=True always returns a private copy. Raises OwnerGone (the owner exited),
+    StaleReference (it restarted), BufferFreed, AuthError, TransportError.
+    """
+    chosen = _path_for(ref, path)
+    st = _start()
+    t0 = time.perf_counter()
+    try:
+        dtype = np.dtype(ref.dtype)
+        if chosen == "local":
+            if ref.owner != st.owner:
+                raise TransportError("path 'local' needs the owner's own process")
+            arr = st.local.get(ref.buffer)
+            if arr is None:
+                raise BufferFreed(f"buffer {ref.buffer} of owner {ref.owner} was freed")
+            if copy:
+                arr = arr.copy()
+            elif not writable:
+                arr = arr.view()
+                arr.flags.writeable = False
+        elif chosen == "shm":
+            sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable and not copy)
+            count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
+            arr = np.frombuffer(sb, dtype=dtype, count=count).reshape(ref.shape)
+            if copy:
+                arr = arr.copy()
+        else:
+            arr = np.empty(ref.shape, dtype=dtype)
+            _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, arr.reshape(-1).view(np.uint8))
+    except TransportError:
+        _native.transport_record(chosen, 0, 0.0, False)
+        raise
+    _native.transport_record(chosen, ref.nbytes, time.perf_counter() - t0, True)
+    return _finish(arr, ref)
+
+
+def free(ref: Ref) -> bool:
+    """Release the buffer (from any process). False if it was already freed or its owner is gone."""
+    st = _start()
+    if ref.owner == st.owner:
+        st.local.pop(ref.buffer, None)
+    try:
+        _native.transport_free(ref.owner, ref.endpoint, ref.buffer)
+    except (BufferFreed, OwnerGone):
+        return False
+    return True
+
+
+def stats() -> dict[str, Any]:
+    """Per-path transfers, bytes, errors and latency histogram; pool usage of this owner."""
+    _start()
+    return _native.transport_stats()
+
+
+def prometheus() -> str:
+    """The Prometheus text exposition of stats() (served by the node agent)."""
+    _start()
+    return _native.transport_prometheus()
+
+
+def shm_dir() -> str:
+    return os.environ.get("ACCEL_TRANSPORT_SHM_DIR") or "/dev/shm"
+
+
+def sweep() -> int:
+    """Remove shared-memory segments whose owner process has exited; returns how many."""
+    return _native.transport_sweep(shm_dir())
+
+
+def trim() -> None:
+    """Return this owner's pooled (idle) shared memory to the system."""
+    _start()
+    _native.transport_trim()
+
+
+def _at_exit() -> None:
+    if _state.pid == os.getpid():
+        _state.local.clear()
+        _native.transport_shutdown()
+
+
+atexit.register(_at_exit)
