@@ -1,5 +1,6 @@
 //! The `accel` binary: parses arguments, wires discovery, the registry and the renderers together.
 
+mod plan;
 mod topo;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,15 @@ enum Command {
     Skus(SkusArgs),
     /// List the captured machines embedded in this binary (use with `--sample NAME`).
     Samples,
+    /// Build a cluster (JSON) from embedded samples: `--sample dgx-h100:4,mi300x:2`.
+    Cluster(plan::ClusterArgs),
+    /// Place a request on a cluster: exact devices per bundle, or why it cannot be met.
+    Plan(plan::PlanArgs),
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: plan::BenchCommand,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +129,12 @@ fn run(cli: Cli) -> Result<()> {
                 out.write_all(topo::render(&machine).as_bytes())?;
             }
         }
+        Command::Cluster(args) => {
+            serde_json::to_writer(&mut out, &plan::build_cluster(&args)?)?;
+            writeln!(out)?;
+        }
+        Command::Plan(args) => plan::plan(&args, &mut out)?,
+        Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Samples => {
             for name in accel_discover::samples::names() {
                 writeln!(out, "{name}")?;

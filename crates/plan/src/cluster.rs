@@ -73,8 +73,9 @@ pub(crate) struct Device {
     pub memory_bytes: Option<u64>,
     pub dtypes: Vec<String>,
     pub numa: Option<u32>,
-    /// The closest RDMA NIC: its name and path class rank (0 = PIX, 1 = PXB, 2 = farther).
-    pub nic: Option<(String, u8)>,
+    /// The closest RDMA NIC: its name, path class rank (0 = PIX, 1 = PXB, 2 = farther) and
+    /// path class (`PIX`, `PXB`, `NODE`...).
+    pub nic: Option<(String, u8, String)>,
 }
 
 /// The precomputed topology of one machine. Nodes with equal topologies share one.
@@ -108,6 +109,16 @@ pub(crate) fn pcie_gbps(class: PathClass) -> f64 {
     }
 }
 
+fn class_rank(text: &str) -> u32 {
+    match text {
+        "PIX" => PathClass::Pix.rank(),
+        "PXB" => PathClass::Pxb.rank(),
+        "PHB" => PathClass::Phb.rank(),
+        "NODE" => PathClass::Node.rank(),
+        _ => PathClass::Sys.rank(),
+    }
+}
+
 /// The Ray-style short label of a device: `GPU3`, `TPU0`, `NC1`, `HPU2`.
 fn short_label(vendor: &str, family: Option<&str>, index: u32) -> String {
     let prefix = match vendor {
@@ -132,18 +143,19 @@ impl Topo {
         let mut devices = Vec::with_capacity(n);
         for (i, acc) in machine.accelerators.iter().enumerate() {
             let sku = acc.sku.as_deref().and_then(|id| registry.get(id));
-            let mut nic: Option<(String, u8)> = None;
+            let mut nic: Option<(String, u8, String)> = None;
             for (j, card) in machine.nics.iter().enumerate() {
                 if !card.rdma {
                     continue;
                 }
-                let rank = match classifier.classify(Endpoint::Accelerator(i), Endpoint::Nic(j)) {
+                let class = classifier.classify(Endpoint::Accelerator(i), Endpoint::Nic(j));
+                let rank = match class {
                     PathClass::Pix => 0,
                     PathClass::Pxb => 1,
                     _ => 2,
                 };
-                if nic.as_ref().is_none_or(|(_, r)| rank < *r) {
-                    nic = Some((card.name.clone(), rank));
+                if nic.as_ref().is_none_or(|(_, r, c)| (rank, class.rank()) < (*r, class_rank(c))) {
+                    nic = Some((card.name.clone(), rank, class.to_string()));
                 }
             }
             devices.push(Device {

@@ -119,7 +119,17 @@ fn diagnose(p: &Planner, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<I
         if let Some((n, m)) = best.filter(|(_, m)| *m != 0) {
             let what = if name == "count" || name == "capability" { "" } else { " available" };
             message += &format!("; best{what}: {} has {} ({})", p.node_name(n), m.count_ones(), labels(p, n, m));
-            if s >= 2 {
+        }
+        // The nearest feasible bundle: the largest that meets every constraint on free devices.
+        if name != "cpus" {
+            let mut part: Option<(usize, u64)> = None;
+            for &n in nodes {
+                let got = search::largest(&search::prepare(p.topo(n), bundle, Stage::ALL), p.free_mask(n));
+                if part.is_none_or(|(_, m)| got.count_ones() > m.count_ones()) {
+                    part = Some((n, got));
+                }
+            }
+            if let Some((n, m)) = part.filter(|(_, m)| *m != 0) {
                 nearest.push(format!("count {} on {} ({})", m.count_ones(), p.node_name(n), labels(p, n, m)));
             }
         }

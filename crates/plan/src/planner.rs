@@ -42,7 +42,7 @@ pub struct PlacedDevice {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nic: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nic_path: Option<&'static str>,
+    pub nic_path: Option<String>,
 }
 
 /// A decision: one entry per bundle, in request order.
@@ -231,6 +231,20 @@ impl Planner {
             .enumerate()
             .filter(|(d, _)| self.free[i] & (1 << d) != 0)
             .map(|(_, d)| d.id.clone())
+            .collect())
+    }
+
+    /// The short labels (`GPU3`) of devices of a node, given by id.
+    pub fn labels(&self, node: &str, devices: &[&str]) -> Result<Vec<String>, PlanError> {
+        let i = self.node_index(node)?;
+        let topo = &self.topos.list[self.nodes[i].topo];
+        let mask = self.mask_of(i, devices)?;
+        Ok(topo
+            .devices
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| mask & (1 << d) != 0)
+            .map(|(_, d)| d.label.clone())
             .collect())
     }
 
@@ -447,12 +461,8 @@ impl Planner {
                 index: d.index,
                 label: d.label.clone(),
                 numa_node: d.numa,
-                nic: d.nic.as_ref().map(|(name, _)| name.clone()),
-                nic_path: d.nic.as_ref().map(|(_, rank)| match rank {
-                    0 => "PIX",
-                    1 => "PXB",
-                    _ => "far",
-                }),
+                nic: d.nic.as_ref().map(|(name, _, _)| name.clone()),
+                nic_path: d.nic.as_ref().map(|(_, _, class)| class.clone()),
             })
             .collect()
     }

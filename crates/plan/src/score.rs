@@ -63,7 +63,7 @@ pub(crate) fn score(topo: &Topo, chosen: u64, free: u64) -> Breakdown {
             None => numa = Some(dev.numa),
             Some(first) => same_numa &= first == dev.numa,
         }
-        match dev.nic.as_ref().map(|(_, rank)| *rank) {
+        match dev.nic.as_ref().map(|(_, rank, _)| *rank) {
             Some(0) => pix += 1,
             Some(1) => pxb += 1,
             _ => {}

@@ -53,7 +53,7 @@ fn nic_ok(topo: &Topo, want: Option<NicDistance>, i: usize) -> bool {
         NicDistance::Pix => 0,
         NicDistance::Pxb => 1,
     };
-    topo.devices[i].nic.as_ref().is_some_and(|(_, rank)| *rank <= limit)
+    topo.devices[i].nic.as_ref().is_some_and(|(_, rank, _)| *rank <= limit)
 }
 
 pub(crate) fn prepare(topo: &Topo, bundle: &Bundle, stage: Stage) -> Prepared {

@@ -104,7 +104,7 @@ fn nic_at_pix_picks_the_gpus_beside_a_nic() {
     let got = p.plan(&request(r#"{"bundles": [{"count": 2, "nic": "pix"}]}"#)).unwrap();
     assert_eq!(labels(&got, 0).1, "GPU5,GPU6");
     assert_eq!(got.bundles[0].devices[0].nic.as_deref(), Some("mlx5_5"));
-    assert_eq!(got.bundles[0].devices[0].nic_path, Some("PIX"));
+    assert_eq!(got.bundles[0].devices[0].nic_path.as_deref(), Some("PIX"));
     let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 3, "nic": "pix"}]}"#)).unwrap_err());
     assert_eq!(why.constraint, "nic");
 }

@@ -1,0 +1,403 @@
+//! `accel cluster`, `accel plan` and `accel bench plan`: build a cluster from embedded samples,
+//! place a request on it, and measure the planner's decision latency and quality.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use accel_model::{DomainKind, Machine};
+use accel_plan::{
+    Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, Placement, PlanError, Planner, Request,
+    Strategy,
+};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Samples and how many nodes of each: `dgx-h100:4,mi300x:2` (names as `accel samples` lists them).
+    #[arg(long, value_name = "NAME:COUNT,...")]
+    pub sample: String,
+    /// Put every N consecutive nodes in one rack (label `rack=r<k>`).
+    #[arg(long, value_name = "N")]
+    pub rack_size: Option<usize>,
+    /// Trays per NVLink clique for samples with an `nvlink_clique` domain (NVL72: 18 trays).
+    #[arg(long, value_name = "N", default_value_t = 18)]
+    pub clique_trays: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The cluster, as `accel cluster` writes it.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// The request: `{"bundles": [{"count": 4, "connectivity": "scale-up"}]}` (docs/placement.md).
+    #[arg(long, value_name = "FILE")]
+    pub request: PathBuf,
+    /// Print the placement (or the explanation) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Planner decision latency on a synthetic cluster under a mixed request stream, and its
+    /// choices against Ray's index-order first fit on fragmented clusters.
+    Plan(BenchPlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchPlanArgs {
+    /// Nodes in the synthetic cluster (a mix of the embedded samples, racks of 32).
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: usize,
+    /// Requests in the timed stream.
+    #[arg(long, default_value_t = 5000)]
+    pub requests: usize,
+    /// Print one JSON object (`p50_ms`, `p99_ms`, ...).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn sample_machine(name: &str) -> Result<Machine> {
+    accel_discover::samples::machine(name)
+        .with_context(|| format!("no sample named {name:?}; `accel samples` lists them"))
+}
+
+/// Builds a cluster of sample machines; nodes are named `<sample>-<k>`.
+pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
+    let mut cluster = Cluster::default();
+    for part in args.sample.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, count) = match part.split_once(':') {
+            Some((n, c)) => (n, c.parse::<usize>().with_context(|| format!("bad count in {part:?}"))?),
+            None => (part, 1),
+        };
+        let machine = sample_machine(name)?;
+        let clique = machine.domains.iter().find(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.clone());
+        cluster.machines.insert(name.to_owned(), machine);
+        for k in 0..count {
+            let mut labels = BTreeMap::new();
+            if let Some(clique) = &clique {
+                labels.insert("nvlink_clique".to_owned(), format!("{clique}-{}", k / args.clique_trays.max(1)));
+            }
+            cluster.nodes.push(ClusterNode {
+                name: format!("{name}-{k}"),
+                labels,
+                machine: MachineRef::Name(name.to_owned()),
+                allocated: Vec::new(),
+            });
+        }
+    }
+    if cluster.nodes.is_empty() {
+        bail!("--sample names no nodes");
+    }
+    if let Some(size) = args.rack_size {
+        for (i, node) in cluster.nodes.iter_mut().enumerate() {
+            node.labels.insert("rack".into(), format!("r{}", i / size.max(1)));
+        }
+    }
+    Ok(cluster)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &PathBuf, what: &str) -> Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {what} {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {what} {}", path.display()))
+}
+
+/// `accel plan`: prints the placement, or fails with the planner's explanation.
+pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
+    let cluster: Cluster = read_json(&args.cluster, "cluster")?;
+    let request: Request = read_json(&args.request, "request")?;
+    let mut planner = Planner::new(&cluster)?;
+    match planner.plan(&request) {
+        Ok(placement) => {
+            if args.json {
+                serde_json::to_writer_pretty(&mut *out, &placement)?;
+                writeln!(out)?;
+            } else {
+                out.write_all(render(&placement).as_bytes())?;
+            }
+            Ok(())
+        }
+        Err(PlanError::Infeasible(why)) => {
+            if args.json {
+                serde_json::to_writer_pretty(&mut *out, &json!({ "error": why }))?;
+                writeln!(out)?;
+                out.flush()?;
+            }
+            bail!("cannot place the request: {why}")
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub fn render(p: &Placement) -> String {
+    let mut s = String::new();
+    for b in &p.bundles {
+        let devs: Vec<&str> = b.devices.iter().map(|d| d.label.as_str()).collect();
+        let mut numa: Vec<u32> = b.devices.iter().filter_map(|d| d.numa_node).collect();
+        numa.dedup();
+        let nics: Vec<String> = b
+            .devices
+            .iter()
+            .map(|d| format!("{}:{}", d.nic.as_deref().unwrap_or("-"), d.nic_path.as_deref().unwrap_or("-")))
+            .collect();
+        s += &format!(
+            "bundle {}: {} {}  min {} GB/s  numa {:?}  nics {}  score {:.1}\n",
+            b.bundle,
+            b.node,
+            devs.join(","),
+            b.score.min_pair_gbps,
+            numa,
+            nics.join(","),
+            b.score.total
+        );
+    }
+    s += &format!("total score {:.1}\n", p.score);
+    s
+}
+
+/// xorshift64*: a fixed stream, so every run plans the same requests.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// The samples the benchmark cluster mixes, with weights.
+const MIX: &[(&str, usize)] = &[
+    ("dgx-h100", 4),
+    ("hgx-b200", 2),
+    ("gb200-nvl72-tray", 2),
+    ("mi300x", 2),
+    ("mi210-2hive", 1),
+    ("rtx-pro-6000-server", 1),
+];
+
+fn bench_cluster(nodes: usize) -> Result<Cluster> {
+    let mut cluster = Cluster::default();
+    for (name, _) in MIX {
+        cluster.machines.insert((*name).to_owned(), sample_machine(name)?);
+    }
+    let total: usize = MIX.iter().map(|(_, w)| w).sum();
+    let mut rng = Rng(0x5eed_acce_1000_0001);
+    for i in 0..nodes {
+        let mut pick = rng.below(total);
+        let name = MIX
+            .iter()
+            .find(|(_, w)| {
+                if pick < *w {
+                    true
+                } else {
+                    pick -= w;
+                    false
+                }
+            })
+            .map_or("dgx-h100", |(n, _)| n);
+        let mut labels = BTreeMap::new();
+        labels.insert("rack".to_owned(), format!("r{}", i / 32));
+        if name == "gb200-nvl72-tray" {
+            labels.insert("nvlink_clique".to_owned(), format!("clique-{}", i / 32));
+        }
+        cluster.nodes.push(ClusterNode {
+            name: format!("n{i}"),
+            labels,
+            machine: MachineRef::Name(name.to_owned()),
+            allocated: Vec::new(),
+        });
+    }
+    Ok(cluster)
+}
+
+fn bench_request(rng: &mut Rng) -> Request {
+    let mut req = Request { bundles: Vec::new(), same: None, strategy: Strategy::Pack, select: BTreeMap::new() };
+    match rng.below(100) {
+        0..=39 => req.bundles.push(Bundle::new(1 + rng.below(2) as u32)),
+        40..=64 => req.bundles.push(Bundle::new(4).connectivity(Connectivity::ScaleUp)),
+        65..=79 => req.bundles.push(Bundle::new(8).connectivity(Connectivity::ScaleUp)),
+        80..=89 => {
+            let mut b = Bundle::new(2);
+            b.nic = Some(NicDistance::Pxb);
+            b.same_numa = true;
+            req.bundles.push(b);
+        }
+        _ => {
+            req.bundles = vec![Bundle::new(4).connectivity(Connectivity::ScaleUp); 2];
+            req.same = Some("rack".into());
+            req.strategy = Strategy::Spread;
+        }
+    }
+    req
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// Ray's placement inside a node, approximated: the first node in index order with enough free
+/// devices, and its lowest-numbered free devices.
+fn first_fit(planner: &Planner, cluster: &Cluster, count: usize) -> Option<(String, Vec<String>)> {
+    cluster.nodes.iter().find_map(|n| {
+        let free = planner.free_devices(&n.name).ok()?;
+        (free.len() >= count).then(|| (n.name.clone(), free[..count].to_vec()))
+    })
+}
+
+/// Fragmented clusters of four sample nodes with some devices taken: the planner's choice
+/// against first fit, by score and minimum pairwise bandwidth.
+fn against_first_fit() -> Result<serde_json::Value> {
+    let names = ["rtx-pro-6000-server", "mi210-2hive", "dgx-h100", "mi300x", "hgx-b200"];
+    let machines: Vec<Machine> = names.iter().map(|n| sample_machine(n)).collect::<Result<_>>()?;
+    let mut rng = Rng(42);
+    let (mut ours_score, mut ff_score, mut ours_min, mut ff_min) = (0.0, 0.0, 0.0, 0.0);
+    let (mut better_or_equal, mut cases) = (0usize, 0usize);
+    let mut example = None;
+    for case in 0..500 {
+        let mut cluster = Cluster::default();
+        for k in 0..4 {
+            // The first case is fixed: a PCIe box first, then a fragmented DGX, then a whole one.
+            let m = if case == 0 { [0, 1, 2, 2][k] } else { rng.below(machines.len()) };
+            let machine = machines[m].clone();
+            let taken = if case == 0 { [0, 1, 3, 0][k] } else { rng.below(6) };
+            let allocated = machine.accelerators.iter().take(taken).map(|a| a.id.clone()).collect();
+            cluster.nodes.push(ClusterNode {
+                name: format!("{}-{k}", names[m]),
+                labels: BTreeMap::new(),
+                machine: MachineRef::Inline(Box::new(machine)),
+                allocated,
+            });
+        }
+        let count = if case == 0 { 4 } else { [2, 4][rng.below(2)] };
+        let planner_state = Planner::new(&cluster)?;
+        let Some((ff_node, ff_devs)) = first_fit(&planner_state, &cluster, count) else { continue };
+        let mut planner = Planner::new(&cluster)?;
+        let ours = planner.plan(&Request {
+            bundles: vec![Bundle::new(count as u32)],
+            same: None,
+            strategy: Strategy::Pack,
+            select: BTreeMap::new(),
+        })?;
+        let ids: Vec<&str> = ff_devs.iter().map(String::as_str).collect();
+        let ff = planner.score_of(&ff_node, &ids, &Bundle::new(count as u32))?;
+        let b = &ours.bundles[0];
+        cases += 1;
+        ours_score += b.score.total;
+        ff_score += ff.total;
+        ours_min += b.score.min_pair_gbps;
+        ff_min += ff.min_pair_gbps;
+        if b.score.min_pair_gbps >= ff.min_pair_gbps {
+            better_or_equal += 1;
+        }
+        if case == 0 {
+            example = Some(json!({
+                "request": "4 devices, no connectivity constraint",
+                "cluster": "rtx-pro-6000-server (free), mi210-2hive (GPU0 taken), dgx-h100 (GPU0-2 taken), dgx-h100 (free)",
+                "first_fit": {"placement": format!("{ff_node} [{}]", planner.labels(&ff_node, &ids)?.join(",")), "score": ff.total, "min_pair_gbps": ff.min_pair_gbps},
+                "planner": {"placement": format!("{} [{}]", b.node, b.devices.iter().map(|d| d.label.clone()).collect::<Vec<_>>().join(",")),
+                            "score": b.score.total, "min_pair_gbps": b.score.min_pair_gbps},
+            }));
+        }
+    }
+    let n = cases.max(1) as f64;
+    Ok(json!({
+        "cases": cases,
+        "mean_score": {"planner": ours_score / n, "first_fit": ff_score / n},
+        "mean_min_pair_gbps": {"planner": ours_min / n, "first_fit": ff_min / n},
+        "planner_min_pair_at_least_first_fit": better_or_equal,
+        "example": example,
+    }))
+}
+
+/// `accel bench plan`.
+pub fn bench(args: &BenchPlanArgs, out: &mut impl Write) -> Result<()> {
+    let started = Instant::now();
+    let cluster = bench_cluster(args.nodes)?;
+    let mut planner = Planner::new(&cluster)?;
+    let build_ms = started.elapsed().as_secs_f64() * 1e3;
+    let total_devices: usize =
+        cluster.nodes.iter().map(|n| cluster.machine(n).map_or(0, |m| m.accelerators.len())).sum();
+    let mut rng = Rng(7);
+    let mut live: Vec<(u64, usize)> = Vec::new();
+    let mut used = 0usize;
+    let mut times = Vec::with_capacity(args.requests);
+    let (mut infeasible, mut multi) = (0usize, 0usize);
+    // Fill to about 70% before the timed stream, then keep it there: each step releases one
+    // allocation at random when above the target and places one new request.
+    let target = total_devices * 7 / 10;
+    let mut step = 0usize;
+    while used < target && step < total_devices {
+        step += 1;
+        let req = bench_request(&mut rng);
+        if let Ok(p) = planner.allocate(&req) {
+            let n: usize = p.bundles.iter().map(|b| b.devices.len()).sum();
+            used += n;
+            live.push((p.id, n));
+        }
+    }
+    let fill_ms = started.elapsed().as_secs_f64() * 1e3 - build_ms;
+    for _ in 0..args.requests {
+        if used >= target && !live.is_empty() {
+            let (id, n) = live.swap_remove(rng.below(live.len()));
+            planner.release(id)?;
+            used -= n;
+        }
+        let req = bench_request(&mut rng);
+        multi += usize::from(req.bundles.len() > 1);
+        let t = Instant::now();
+        let result = planner.allocate(&req);
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        match result {
+            Ok(p) => {
+                let n: usize = p.bundles.iter().map(|b| b.devices.len()).sum();
+                used += n;
+                live.push((p.id, n));
+            }
+            Err(_) => infeasible += 1,
+        }
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+    let report = json!({
+        "nodes": args.nodes,
+        "devices": total_devices,
+        "requests": args.requests,
+        "multi_bundle_requests": multi,
+        "infeasible": infeasible,
+        "utilisation": used as f64 / total_devices.max(1) as f64,
+        "p50_ms": percentile(&sorted, 0.50),
+        "p90_ms": percentile(&sorted, 0.90),
+        "p99_ms": percentile(&sorted, 0.99),
+        "max_ms": sorted.last().copied().unwrap_or(0.0),
+        "mean_ms": mean,
+        "build_ms": build_ms,
+        "fill_ms": fill_ms,
+        "vs_first_fit": against_first_fit()?,
+    });
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "{} nodes, {} devices, {} requests ({} infeasible): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            args.nodes, total_devices, args.requests, infeasible, report["p50_ms"], report["p99_ms"], report["max_ms"]
+        )?;
+        writeln!(out, "against first fit: {}", report["vs_first_fit"])?;
+    }
+    Ok(())
+}
