@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use accel_model::{SkuRegistry, Warning};
 
@@ -46,6 +46,8 @@ pub struct Host {
     skus: SkuRegistry,
     nvml: Option<Arc<dyn NvmlSource>>,
     net: NetConfig,
+    /// When the network budget runs out: set by the first look-up, shared by clones.
+    net_deadline: Arc<OnceLock<Instant>>,
     labels_file: Option<PathBuf>,
 }
 
@@ -74,6 +76,7 @@ impl Host {
             skus,
             nvml: None,
             net: NetConfig::default(),
+            net_deadline: Arc::new(OnceLock::new()),
             labels_file: None,
         }
     }
@@ -107,6 +110,16 @@ impl Host {
 
     pub fn net(&self) -> &NetConfig {
         &self.net
+    }
+
+    /// One HTTP request to a metadata server, within what is left of the network budget (the
+    /// budget starts with the first request and covers every request of this host).
+    pub fn http(&self, method: &str, url: &str, headers: &[(&str, &str)]) -> Result<String, crate::net::NetError> {
+        if !self.net.enabled {
+            return Err(crate::net::NetError::Disabled);
+        }
+        let deadline = *self.net_deadline.get_or_init(|| Instant::now() + self.net.budget);
+        crate::net::request(method, url, headers, deadline)
     }
 
     pub fn labels_file(&self) -> Option<&Path> {

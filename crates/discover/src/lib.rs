@@ -7,21 +7,32 @@
 
 pub mod amd;
 pub mod fs;
+pub mod gaudi;
 mod generic;
 mod host;
 pub mod linux;
+pub mod net;
+pub mod neuron;
 pub mod nvidia;
 pub mod nvml;
+pub mod others;
+pub mod platform;
 mod plugin;
 pub mod samples;
 mod skufiles;
+pub mod tpu;
 
 pub use amd::Amd;
+pub use gaudi::Gaudi;
 pub use generic::GenericPci;
 pub use host::{Host, NetConfig};
+pub use neuron::Neuron;
 pub use nvidia::Nvidia;
+pub use others::{Groq, IntelGpu};
+pub use platform::Platform;
 pub use plugin::{default_plugins, pci_accelerator, Isolation, Report, Vendor};
 pub use skufiles::{load_registry, SkuLoadError};
+pub use tpu::Tpu;
 
 use accel_model::Machine;
 
@@ -36,6 +47,7 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
         machine.links.extend(report.links);
         machine.domains.extend(report.domains);
         machine.warnings.extend(report.warnings);
+        machine.attributes.extend(report.attributes);
     }
     assign_indices(&mut machine);
     machine

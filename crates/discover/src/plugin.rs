@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use accel_model::{Accelerator, Domain, Link, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
 
-use crate::{Amd, GenericPci, Host, Nvidia};
+use crate::{Amd, Gaudi, GenericPci, Groq, Host, IntelGpu, Neuron, Nvidia, Platform, Tpu};
 
 /// One accelerator family's read-only view of a host.
 pub trait Vendor: Send + Sync {
@@ -27,6 +27,8 @@ pub struct Report {
     pub links: Vec<Link>,
     pub domains: Vec<Domain>,
     pub warnings: Vec<Warning>,
+    /// Platform facts for [`Machine::attributes`] (later plugins see them).
+    pub attributes: BTreeMap<String, String>,
 }
 
 /// Environment variables that confine a worker to a set of devices.
@@ -35,10 +37,21 @@ pub struct Isolation {
     pub env: BTreeMap<String, String>,
 }
 
-/// Every plugin this build knows, in the order they run. The generic PCI plugin runs last and
-/// picks up whatever no vendor plugin claimed.
+/// Every plugin this build knows, in the order they run. The platform plugin runs first (its
+/// metadata feeds the TPU plugin); the generic PCI plugin runs last and picks up whatever no
+/// vendor plugin claimed.
 pub fn default_plugins() -> Vec<Box<dyn Vendor>> {
-    vec![Box::new(Nvidia), Box::new(Amd), Box::new(GenericPci)]
+    vec![
+        Box::new(Platform),
+        Box::new(Nvidia),
+        Box::new(Amd),
+        Box::new(Tpu),
+        Box::new(Neuron),
+        Box::new(Gaudi),
+        Box::new(IntelGpu),
+        Box::new(Groq),
+        Box::new(GenericPci),
+    ]
 }
 
 /// An accelerator for a PCI function, filled from the PCI node and the SKU registry; plugins

@@ -24,6 +24,10 @@ const SAMPLES: &[(&str, &[u8])] = &[
     sample!("mi300x"),
     sample!("mi355x"),
     sample!("mi210-2hive"),
+    sample!("tpu-v6e"),
+    sample!("trn2"),
+    sample!("gaudi3"),
+    sample!("nvidia-amd-mixed"),
 ];
 
 /// Names of the embedded samples, in a stable order.

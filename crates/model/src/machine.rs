@@ -24,6 +24,11 @@ pub struct Machine {
     pub links: Vec<Link>,
     pub domains: Vec<Domain>,
     pub warnings: Vec<Warning>,
+    /// Platform facts that are not devices, links or domains, as `namespace.key` = value:
+    /// `tpu.worker_id`, `tpu.topology`, `tpu.accelerator_type`, `cloud.zone`. Each plugin that
+    /// sets one documents it (docs/schema.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
 }
 
 impl Machine {
@@ -38,6 +43,7 @@ impl Machine {
             links: Vec::new(),
             domains: Vec::new(),
             warnings: Vec::new(),
+            attributes: BTreeMap::new(),
         }
     }
 

@@ -1,0 +1,74 @@
+//! The Intel Gaudi plugin: habanalabs devices from the accel class
+//! (`/sys/class/accel/accel<N>/device/{device_type,module_id,pci_addr}`) or, without the driver,
+//! PCI vendor 0x1da3. The sysfs does not say which RoCE port reaches which peer, so scale-up links
+//! are derived: on an 8-card board (HLS-2, HLS-3), every pair is linked by the SKU's scale-up
+//! ports split evenly over the 7 peers (21 ports → `ROCE3`).
+
+use std::collections::BTreeMap;
+
+use accel_model::{Accelerator, Link, LinkKind, Machine, PciAddr};
+
+use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::{Host, Isolation, Report, Vendor};
+
+const SRC: &str = "gaudi";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gaudi;
+
+impl Vendor for Gaudi {
+    fn id(&self) -> &'static str {
+        "gaudi"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let mut report = Report::default();
+        let mut accs: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x1da3, |_| true)
+            .map(|n| (n.address.expect("filtered"), pci_accelerator(host, n, "intel", "gaudi")))
+            .collect();
+        let dir = host.path("/sys/class/accel");
+        for name in host.list_dir(&dir, SRC, &mut report.warnings) {
+            let dev = dir.join(&name).join("device");
+            let Some(ty) = host.read_attr(&dev.join("device_type"), SRC, &mut report.warnings) else { continue };
+            let addr = host
+                .parse_attr(&dev.join("pci_addr"), SRC, &mut report.warnings, |t| t.parse::<PciAddr>().ok())
+                .or_else(|| host.resolve_link(&dev).and_then(|p| p.file_name()?.to_str()?.parse().ok()));
+            let Some(acc) = addr.and_then(|a| accs.get_mut(&a)) else { continue };
+            if acc.sku.is_none() {
+                acc.product = format!("Intel {ty}");
+            }
+            if let Some(module) =
+                host.parse_attr(&dev.join("module_id"), SRC, &mut report.warnings, |t| t.parse::<u32>().ok())
+            {
+                report.attributes.insert(format!("gaudi.module_id.{}", acc.id), module.to_string());
+            }
+        }
+        let accs: Vec<Accelerator> = accs.into_values().collect();
+        let same_sku = accs.windows(2).all(|w| w[0].sku == w[1].sku);
+        let scale_up = accs.first().and_then(|a| host.skus().get(a.sku.as_deref()?)).and_then(|s| s.scale_up);
+        if let (8, true, Some(s)) = (accs.len(), same_sku, scale_up) {
+            let per_peer = s.links / 7;
+            for i in 0..accs.len() {
+                for j in i + 1..accs.len() {
+                    let gbps = link_gbps(host, &accs[i], per_peer);
+                    report.links.push(Link {
+                        a: accs[i].id.clone(),
+                        b: accs[j].id.clone(),
+                        kind: LinkKind::Roce,
+                        count: per_peer,
+                        gbps,
+                    });
+                }
+            }
+        }
+        report.accelerators = accs;
+        report
+    }
+
+    fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        let mut isolation = Isolation::default();
+        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+        isolation.env.insert("HABANA_VISIBLE_MODULES".into(), list.join(","));
+        isolation
+    }
+}

@@ -1,0 +1,143 @@
+//! The AWS Neuron plugin: Inferentia and Trainium devices on PCI (vendor 0x1d0f, not the EFA/ENA
+//! network functions), with NeuronCore counts and NeuronLink neighbours from the Neuron sysfs
+//! (`/sys/devices/virtual/neuron_device/neuron<N>/{core_count,connected_devices}`).
+
+use std::collections::BTreeSet;
+
+use accel_model::{Accelerator, Link, LinkKind, Machine, Warning};
+
+use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::{Host, Isolation, Report, Vendor};
+
+const SRC: &str = "neuron";
+const SYSFS: &str = "/sys/devices/virtual/neuron_device";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Neuron;
+
+/// NeuronCores per device by SKU, for `NEURON_RT_VISIBLE_CORES` (aws-neuron-sdk docs).
+fn cores_per_device(sku: Option<&str>) -> u32 {
+    match sku {
+        Some("aws-inferentia") => 4,
+        Some("aws-trainium2") | Some("aws-trainium3") => 8,
+        _ => 2,
+    }
+}
+
+/// `connected_devices`: neighbour indices separated by commas and/or spaces (`1, 3, 4, 12`).
+pub fn parse_connected(text: &str) -> Option<Vec<u32>> {
+    text.split([',', ' ', '\n'])
+        .filter(|p| !p.is_empty())
+        .map(|p| p.trim().parse::<u32>().ok().filter(|&n| n < 4096))
+        .collect()
+}
+
+impl Vendor for Neuron {
+    fn id(&self) -> &'static str {
+        "neuron"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let mut report = Report::default();
+        // Neuron devices are the 0x1d0f functions the registry knows and that are not NICs.
+        let mut accs: Vec<Accelerator> = pci_functions(platform, 0x1d0f, |c| c.base() != 0x02)
+            .map(|n| pci_accelerator(host, n, "aws", "neuron"))
+            .filter(|a| a.sku.is_some())
+            .collect();
+        if accs.is_empty() {
+            return report;
+        }
+        let dir = host.path(SYSFS);
+        let names = host.list_dir(&dir, SRC, &mut report.warnings);
+        let mut neuron: Vec<u32> = names.iter().filter_map(|n| n.strip_prefix("neuron")?.parse().ok()).collect();
+        neuron.sort_unstable();
+        if neuron.is_empty() {
+            report.warnings.push(Warning {
+                source: SRC.into(),
+                path: Some(SYSFS.into()),
+                message: "Neuron driver sysfs missing: core counts and NeuronLink links unknown".into(),
+            });
+        } else if neuron.len() != accs.len() {
+            report.warnings.push(Warning {
+                source: SRC.into(),
+                path: Some(SYSFS.into()),
+                message: format!("{} neuron devices in sysfs for {} on PCI; links ignored", neuron.len(), accs.len()),
+            });
+            neuron.clear();
+        }
+        // neuron<N> is the N-th device in PCI order (the driver probes in bus order).
+        let mut pairs = BTreeSet::new();
+        let mut cores = 0u64;
+        for (i, n) in neuron.iter().enumerate() {
+            let d = dir.join(format!("neuron{n}"));
+            let arch = host.read_attr(&d.join("info/architecture/device_name"), SRC, &mut report.warnings);
+            if let (Some(arch), true) = (arch, accs[i].family.is_none()) {
+                accs[i].family = Some(arch.to_lowercase());
+            }
+            cores += host
+                .parse_attr(&d.join("core_count"), SRC, &mut report.warnings, |t| t.parse::<u64>().ok())
+                .unwrap_or(0);
+            let peers = host.parse_attr(&d.join("connected_devices"), SRC, &mut report.warnings, parse_connected);
+            for p in peers.unwrap_or_default() {
+                match neuron.iter().position(|&x| x == p) {
+                    Some(j) if j != i => {
+                        pairs.insert((i.min(j), i.max(j)));
+                    }
+                    _ => report.warnings.push(host.warning(
+                        SRC,
+                        &d.join("connected_devices"),
+                        format!("names device {p}, which does not exist"),
+                    )),
+                }
+            }
+        }
+        if cores > 0 {
+            report.attributes.insert("aws.neuron_cores".into(), cores.to_string());
+        }
+        for (i, j) in pairs {
+            let gbps = link_gbps(host, &accs[i], 1);
+            report.links.push(Link {
+                a: accs[i].id.clone(),
+                b: accs[j].id.clone(),
+                kind: LinkKind::Neuronlink,
+                count: 1,
+                gbps,
+            });
+        }
+        report.accelerators = accs;
+        report
+    }
+
+    fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        let mut isolation = Isolation::default();
+        let cores: Vec<String> = devices
+            .iter()
+            .map(|d| {
+                let c = cores_per_device(d.sku.as_deref());
+                format!("{}-{}", d.index * c, d.index * c + c - 1)
+            })
+            .collect();
+        isolation.env.insert("NEURON_RT_VISIBLE_CORES".into(), cores.join(","));
+        isolation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn connected() {
+        assert_eq!(parse_connected("1, 3, 4, 12"), Some(vec![1, 3, 4, 12]));
+        assert_eq!(parse_connected(""), Some(vec![]));
+        assert_eq!(parse_connected("1, x"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn parser_never_panics(text in ".{0,60}") {
+            let _ = parse_connected(&text);
+        }
+    }
+}

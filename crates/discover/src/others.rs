@@ -1,0 +1,83 @@
+//! Smaller families: Intel data-center GPUs (xe and i915, memory summed over tiles) and Groq
+//! LPUs (by PCI vendor 0x1de0).
+
+use accel_model::{Accelerator, Machine};
+
+use crate::plugin::{pci_accelerator, pci_functions};
+use crate::{Host, Isolation, Report, Vendor};
+
+const SRC: &str = "intel-gpu";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IntelGpu;
+
+impl Vendor for IntelGpu {
+    fn id(&self) -> &'static str {
+        "intel-gpu"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let mut report = Report::default();
+        for node in pci_functions(platform, 0x8086, |c| c.base() == 0x03) {
+            let driver = node.driver.as_deref().unwrap_or("");
+            let mut acc = pci_accelerator(host, node, "intel", "intel-gpu");
+            let dev = host.path(&format!("/sys/bus/pci/devices/{}", node.id));
+            // xe: VRAM per tile; i915: lmem_total_bytes.
+            let mut vram = 0u64;
+            for tile in host.list_dir(&dev, SRC, &mut report.warnings).iter().filter(|n| n.starts_with("tile")) {
+                vram += host
+                    .parse_attr(&dev.join(tile).join("physical_vram_size_bytes"), SRC, &mut report.warnings, |t| {
+                        t.parse::<u64>().ok()
+                    })
+                    .unwrap_or(0);
+            }
+            if vram == 0 {
+                vram = host
+                    .parse_attr(&dev.join("lmem_total_bytes"), SRC, &mut report.warnings, |t| t.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+            // Integrated graphics has no device memory and no registry entry: not an accelerator here.
+            if acc.sku.is_none() && vram == 0 {
+                continue;
+            }
+            if vram > 0 {
+                acc.memory_bytes = Some(vram);
+            }
+            if !matches!(driver, "xe" | "i915" | "") {
+                acc.product = format!("{} (driver {driver})", acc.product);
+            }
+            report.accelerators.push(acc);
+        }
+        report
+    }
+
+    fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        let mut isolation = Isolation::default();
+        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+        isolation.env.insert("ZE_AFFINITY_MASK".into(), list.join(","));
+        isolation
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Groq;
+
+impl Vendor for Groq {
+    fn id(&self) -> &'static str {
+        "groq"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        Report {
+            accelerators: pci_functions(platform, 0x1de0, |_| true)
+                .map(|n| pci_accelerator(host, n, "groq", "groq"))
+                .collect(),
+            ..Report::default()
+        }
+    }
+
+    fn isolate(&self, _devices: &[&Accelerator]) -> Isolation {
+        // GroqWare selects devices by path; there is no visibility variable.
+        Isolation::default()
+    }
+}

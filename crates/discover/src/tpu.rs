@@ -1,0 +1,189 @@
+//! The Google TPU plugin: chips are PCI functions of vendor 0x1ae0 (one per chip; TPU7x's second
+//! function is folded in), the slice (name, accelerator type, topology, worker id) comes from the
+//! `TPU_*` environment or the GCE metadata `tpu-env` attribute, and ICI links join chips whose
+//! coordinates on the host differ by one step.
+
+use std::collections::BTreeMap;
+
+use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, Machine};
+
+use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::{Host, Isolation, Report, Vendor};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tpu;
+
+/// Parses the `tpu-env` metadata attribute: `KEY: 'value'` lines (a flat YAML map).
+pub fn parse_tpu_env(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else { continue };
+        let k = k.trim();
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
+            continue;
+        }
+        let v = v.trim();
+        let v = v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')).unwrap_or(v);
+        let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
+        out.insert(k.to_owned(), v.to_owned());
+    }
+    out
+}
+
+/// `2,4,1` or `2x4` → `[2, 4, 1]`; `None` for anything else.
+pub fn parse_bounds(text: &str) -> Option<[u32; 3]> {
+    let parts: Vec<u32> = text
+        .split([',', 'x'])
+        .map(|p| p.trim().parse::<u32>().ok().filter(|&n| n > 0 && n <= 1024))
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [x] => Some([*x, 1, 1]),
+        [x, y] => Some([*x, *y, 1]),
+        [x, y, z] => Some([*x, *y, *z]),
+        _ => None,
+    }
+}
+
+/// ICI neighbours among `n` chips laid out in `bounds` (x fastest): pairs one step apart.
+pub fn ici_pairs(n: usize, bounds: [u32; 3]) -> Vec<(usize, usize)> {
+    let [x, y, _] = bounds.map(|b| b as usize);
+    let coord = |i: usize| (i % x, (i / x) % y, i / (x * y));
+    let mut out = Vec::new();
+    for i in 0..n {
+        for j in i + 1..n {
+            let (a, b) = (coord(i), coord(j));
+            let d = a.0.abs_diff(b.0) + a.1.abs_diff(b.1) + a.2.abs_diff(b.2);
+            if d == 1 {
+                out.push((i, j));
+            }
+        }
+    }
+    out
+}
+
+/// Chips per host when nothing says: the usual host shapes (Ray's defaults).
+fn default_bounds(n: usize) -> [u32; 3] {
+    match n {
+        8 => [2, 4, 1],
+        4 => [2, 2, 1],
+        2 => [1, 2, 1],
+        n => [n.max(1) as u32, 1, 1],
+    }
+}
+
+impl Vendor for Tpu {
+    fn id(&self) -> &'static str {
+        "tpu"
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let mut report = Report::default();
+        let mut chips: BTreeMap<(u32, u8, u8), Accelerator> = BTreeMap::new();
+        for node in pci_functions(platform, 0x1ae0, |_| true) {
+            let addr = node.address.expect("filtered");
+            chips
+                .entry((addr.domain, addr.bus, addr.device))
+                .or_insert_with(|| pci_accelerator(host, node, "google", "tpu"));
+        }
+        if chips.is_empty() {
+            return report;
+        }
+        let accs: Vec<Accelerator> = chips.into_values().collect();
+        // Slice facts: the environment (GKE, Ray) first, else GCE metadata.
+        let meta = platform.attributes.get("gce.tpu-env").map(|t| parse_tpu_env(t)).unwrap_or_default();
+        let fact = |env: &str, key: &str| -> Option<(String, String)> {
+            match host.env(env).filter(|v| !v.is_empty()) {
+                Some(v) => Some((v.to_owned(), format!("env:{env}"))),
+                None => {
+                    meta.get(key).filter(|v| !v.is_empty()).map(|v| (v.clone(), format!("gce-metadata:tpu-env:{key}")))
+                }
+            }
+        };
+        let accel_type = fact("TPU_ACCELERATOR_TYPE", "ACCELERATOR_TYPE");
+        let topology = fact("TPU_TOPOLOGY", "TOPOLOGY");
+        let worker = fact("TPU_WORKER_ID", "WORKER_ID");
+        let name = fact("TPU_NAME", "NODE_ID");
+        let per_host = fact("TPU_CHIPS_PER_HOST_BOUNDS", "CHIPS_PER_HOST_BOUNDS");
+        for (key, value) in [
+            ("tpu.accelerator_type", &accel_type),
+            ("tpu.topology", &topology),
+            ("tpu.worker_id", &worker),
+            ("tpu.name", &name),
+            ("tpu.chips_per_host_bounds", &per_host),
+        ] {
+            if let Some((v, _)) = value {
+                report.attributes.insert(key.into(), v.clone());
+            }
+        }
+        if let Some((slice, source)) = name.clone().or(accel_type.clone()) {
+            report.domains.push(Domain {
+                kind: DomainKind::TpuSlice,
+                name: slice,
+                source,
+                accelerators: accs.iter().map(|a| a.id.clone()).collect(),
+            });
+        }
+        let bounds = per_host
+            .as_ref()
+            .and_then(|(b, _)| parse_bounds(b))
+            .filter(|b| b.iter().product::<u32>() as usize == accs.len())
+            .unwrap_or_else(|| default_bounds(accs.len()));
+        for (i, j) in ici_pairs(accs.len(), bounds) {
+            let gbps = link_gbps(host, &accs[i], 1);
+            report.links.push(Link {
+                a: accs[i].id.clone(),
+                b: accs[j].id.clone(),
+                kind: LinkKind::Ici,
+                count: 1,
+                gbps,
+            });
+        }
+        report.accelerators = accs;
+        report
+    }
+
+    fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        let mut isolation = Isolation::default();
+        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+        isolation.env.insert("TPU_VISIBLE_CHIPS".into(), list.join(","));
+        // Sub-host slices, as Ray sets them: one chip or two chips on one host.
+        let bounds = match devices.len() {
+            1 => Some("1,1,1"),
+            2 => Some("1,2,1"),
+            4 => Some("2,2,1"),
+            _ => None,
+        };
+        if let Some(b) = bounds {
+            isolation.env.insert("TPU_CHIPS_PER_PROCESS_BOUNDS".into(), b.into());
+            isolation.env.insert("TPU_PROCESS_BOUNDS".into(), "1,1,1".into());
+        }
+        isolation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn env_bounds_pairs() {
+        let env = parse_tpu_env("ACCELERATOR_TYPE: 'v4-256'\nTOPOLOGY: '4x4x8'\nWORKER_ID: '0'\nbad\nlower: 'x'\n");
+        assert_eq!(env["ACCELERATOR_TYPE"], "v4-256");
+        assert!(!env.contains_key("lower"));
+        assert_eq!(parse_bounds("2,2,1"), Some([2, 2, 1]));
+        assert_eq!(parse_bounds("4x4x8"), Some([4, 4, 8]));
+        assert_eq!(parse_bounds("0,1"), None);
+        assert_eq!(ici_pairs(4, [2, 2, 1]), vec![(0, 1), (0, 2), (1, 3), (2, 3)]);
+        assert_eq!(ici_pairs(8, [2, 4, 1]).len(), 10);
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(text in ".{0,80}", n in 0usize..40, x in 1u32..5, y in 1u32..5) {
+            let _ = parse_tpu_env(&text);
+            let _ = parse_bounds(&text);
+            let _ = ici_pairs(n, [x, y, 1]);
+        }
+    }
+}
