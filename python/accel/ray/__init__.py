@@ -6,4 +6,6 @@ Placement (`placement_group`, `ray_start`) and the ACCEL tensor transport
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ._transport import register_transport
+
+__all__: list[str] = ["register_transport"]

@@ -1,0 +1,223 @@
+"""The ACCEL Ray tensor transport: `@ray.method(tensor_transport="ACCEL")` for numpy arrays.
+
+One idempotent call, made before the actor classes are defined, is all a user writes:
+
+    import accel.ray
+    accel.ray.register_transport()
+
+It handles the traps of custom transports in Ray 2.60 (see ARCHITECTURE.md, "Ray tensor
+transport"):
+
+1. registration must precede the class definitions: documented, and idempotent so that every
+   module defining actors can call it at its top;
+2. receiving actors need ``enable_tensor_transport=True``: actors defined afterwards get it by
+   default (an explicit ``False`` is kept), so a consumer never waits 60 s for a receive that
+   has no thread to run on;
+3. Ray's failure path imports ``ray.experimental.collective``, which imports torch: without
+   torch a stub module with the one function that path needs is installed;
+4. segments alive at ``ray.shutdown()`` would leak (workers are killed, no garbage collection):
+   ``ray.shutdown`` and interpreter exit sweep the segments of exited owners;
+
+and it gives every worker of the job the driver's cluster secret (ACCEL_TRANSPORT_SECRET, made
+here if unset) through the job's ``runtime_env``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import secrets
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import numpy as np
+
+from .. import transport as _t
+
+TRANSPORT_NAME = "ACCEL"
+_lock = threading.Lock()
+_done = False
+
+try:
+    from ray.experimental.rdt.tensor_transport_manager import (
+        CommunicatorMetadata,
+        TensorTransportManager,
+        TensorTransportMetadata,
+    )
+except ImportError:  # pragma: no cover - Ray is an optional dependency
+    TensorTransportManager = object  # type: ignore[assignment,misc]
+    TensorTransportMetadata = object  # type: ignore[assignment,misc]
+    CommunicatorMetadata = None  # type: ignore[assignment]
+
+
+@dataclass
+class AccelTransportMetadata(TensorTransportMetadata):  # type: ignore[misc]
+    """Ray's per-object metadata plus one accel reference per array."""
+
+    refs: List[Any] = field(default_factory=list)
+
+
+class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc]
+    """One-sided: the source publishes each array, the receiver gets it (zero-copy on a host)."""
+
+    def tensor_transport_backend(self) -> str:
+        return TRANSPORT_NAME
+
+    @staticmethod
+    def is_one_sided() -> bool:
+        return True
+
+    @staticmethod
+    def can_abort_transport() -> bool:
+        return False
+
+    def actor_has_tensor_transport(self, actor) -> bool:
+        return True
+
+    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List[Any]):
+        refs = [_t.put(a) for a in rdt_object]
+        meta = [(r.shape, np.dtype(r.dtype)) for r in refs]
+        return AccelTransportMetadata(tensor_meta=meta, tensor_device="cpu", refs=refs)
+
+    def get_communicator_metadata(self, src_actor, dst_actor, backend: Optional[str] = None):
+        return CommunicatorMetadata()
+
+    def recv_multiple_tensors(self, obj_id, tensor_transport_metadata, communicator_metadata, target_buffers=None):
+        out = []
+        for i, ref in enumerate(tensor_transport_metadata.refs):
+            arr = _t.get(ref)
+            if target_buffers is not None:
+                np.copyto(target_buffers[i], arr)
+                arr = target_buffers[i]
+            out.append(arr)
+        return out
+
+    def send_multiple_tensors(self, tensors, tensor_transport_metadata, communicator_metadata):
+        raise NotImplementedError("ACCEL is one-sided: receivers fetch")
+
+    def garbage_collect(self, obj_id, tensor_transport_meta, tensors) -> None:
+        for ref in tensor_transport_meta.refs:
+            _t.free(ref)
+
+    def abort_transport(self, obj_id, communicator_metadata) -> None:
+        pass
+
+
+def _install_collective_stub() -> None:
+    try:
+        import ray.experimental.collective  # noqa: F401  (imports torch)
+    except ImportError:
+        stub = types.ModuleType("ray.experimental.collective")
+
+        def destroy_collective_group(group_name: str) -> None:
+            # Ray's abort path calls this for every transport; ACCEL has no collective group.
+            raise ValueError(f"no collective group {group_name!r} (accel stub: torch is not installed)")
+
+        stub.destroy_collective_group = destroy_collective_group  # type: ignore[attr-defined]
+        stub.__accel_stub__ = True  # type: ignore[attr-defined]
+        sys.modules["ray.experimental.collective"] = stub
+
+
+def _enable_tensor_transport_by_default() -> None:
+    import ray.actor
+
+    original = ray.actor._process_option_dict
+    if getattr(original, "__accel_patched__", False):
+        return
+
+    @functools.wraps(original)
+    def process_option_dict(actor_options, has_tensor_transport_methods):
+        if actor_options.get("enable_tensor_transport") is None:
+            actor_options = {**actor_options, "enable_tensor_transport": True}
+        return original(actor_options, has_tensor_transport_methods)
+
+    process_option_dict.__accel_patched__ = True  # type: ignore[attr-defined]
+    ray.actor._process_option_dict = process_option_dict
+
+
+def _share_secret_with_workers() -> None:
+    import ray
+
+    if not os.environ.get(_t.SECRET_VAR):
+        os.environ[_t.SECRET_VAR] = secrets.token_hex(32)
+    original = ray.init
+    if getattr(original, "__accel_patched__", False):
+        return
+
+    @functools.wraps(original)
+    def init(*args, **kwargs):
+        env = kwargs.get("runtime_env")
+        if env is None or isinstance(env, dict):
+            env = dict(env or {})
+            env_vars = dict(env.get("env_vars") or {})
+            env_vars.setdefault(_t.SECRET_VAR, os.environ[_t.SECRET_VAR])
+            env["env_vars"] = env_vars
+            kwargs["runtime_env"] = env
+        return original(*args, **kwargs)
+
+    init.__accel_patched__ = True  # type: ignore[attr-defined]
+    ray.init = init
+
+
+def sweep_after_shutdown(timeout: float = 3.0) -> int:
+    """Sweep the segments of exited owners, waiting up to `timeout` s for killed workers to go."""
+    removed = 0
+    deadline = time.monotonic() + timeout
+    mine = f"accel-{os.getpid()}-"
+    while True:
+        removed += _t.sweep()
+        try:
+            left = [n for n in os.listdir(_t.shm_dir()) if n.startswith("accel-") and not n.startswith(mine)]
+        except OSError:
+            left = []
+        if not left or time.monotonic() > deadline:
+            return removed
+        time.sleep(0.05)
+
+
+def _hook_shutdown() -> None:
+    import ray
+
+    original = ray.shutdown
+    if getattr(original, "__accel_patched__", False):
+        return
+
+    @functools.wraps(original)
+    def shutdown(*args, **kwargs):
+        was_up = ray.is_initialized()
+        result = original(*args, **kwargs)
+        if was_up:
+            sweep_after_shutdown()
+        return result
+
+    shutdown.__accel_patched__ = True  # type: ignore[attr-defined]
+    ray.shutdown = shutdown
+
+    def at_exit() -> None:
+        # Runs before Ray's own exit hook (registered earlier), so shut Ray down here to sweep.
+        if ray.is_initialized():
+            shutdown()
+
+    atexit.register(at_exit)
+
+
+def register_transport() -> None:
+    """Register accel as Ray tensor transport "ACCEL" (idempotent; call before defining actors)."""
+    global _done
+    with _lock:
+        if _done:
+            return
+        from ray.experimental.rdt import util
+
+        if TRANSPORT_NAME not in util.transport_manager_info:
+            util.register_tensor_transport(TRANSPORT_NAME, ["cpu"], AccelTensorTransport, np.ndarray)
+        _install_collective_stub()
+        _enable_tensor_transport_by_default()
+        _share_secret_with_workers()
+        _hook_shutdown()
+        _done = True
