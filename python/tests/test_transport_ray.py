@@ -1,0 +1,130 @@
+"""The transport inside a real local Ray 2.60 cluster (2 CPUs): actors returning accel
+references, the ACCEL tensor transport (with a receiver that never set enable_tensor_transport),
+tasks, restarted actors and /dev/shm after ray.shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import accel.ray  # noqa: E402
+from accel import transport as T  # noqa: E402
+
+# The one call a user writes, before the actor classes are defined.
+accel.ray.register_transport()
+accel.ray.register_transport()  # idempotent
+
+
+@ray.remote(max_restarts=1)
+class Producer:
+    def pid(self) -> int:
+        return os.getpid()
+
+    def make_ref(self, n: int, value: float):
+        buf = T.empty((n,), np.float32)
+        buf[:] = value
+        return T.put(buf)  # the common pattern: the local Ref object dies right here
+
+    @ray.method(tensor_transport="ACCEL")
+    def make_rdt(self, n: int):
+        return {"w": np.arange(n, dtype=np.float32), "b": np.ones(3, np.int64), "meta": "x"}
+
+    def live_buffers(self) -> int:
+        return T.stats()["pool"]["live_buffers"]
+
+
+@ray.remote  # no enable_tensor_transport: register_transport() made it the default
+class Consumer:
+    def total(self, ref) -> float:
+        return float(T.get(ref).sum())
+
+    def path(self, ref) -> str:
+        return ref.chosen_path
+
+    def rdt(self, obj) -> tuple:
+        return float(obj["w"].sum()), obj["w"].flags.writeable, obj["meta"], obj["b"].tolist()
+
+
+@ray.remote
+def task_total(ref) -> float:
+    return float(T.get(ref).sum())
+
+
+def foreign_segments() -> list[str]:
+    mine = f"accel-{os.getpid()}-"
+    return [n for n in os.listdir(T.shm_dir()) if n.startswith("accel-") and not n.startswith(mine)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        # Workers are killed at shutdown; no segment of theirs survives them.
+        assert foreign_segments() == []
+
+
+def test_actor_returns_a_reference_that_outlives_its_local_copy(cluster):
+    p, c = Producer.remote(), Consumer.remote()
+    ref_obj = p.make_ref.remote(1 << 20, 2.0)
+    assert ray.get(c.total.remote(ref_obj)) == float(2 << 20)  # as a task argument
+    ref = ray.get(ref_obj)
+    assert isinstance(ref, T.Ref) and ref.chosen_path == "shm"
+    assert ray.get(c.path.remote(ref)) == "shm"
+    assert float(T.get(ref).sum()) == float(2 << 20)  # in the driver
+    assert ray.get(task_total.remote(ray.put(ref))) == float(2 << 20)  # via ray.put, in a task
+    assert T.free(ref)
+    with pytest.raises(T.BufferFreed):
+        T.get(ref)
+    ray.kill(p)
+    ray.kill(c)
+
+
+def test_accel_tensor_transport_for_numpy(cluster):
+    p, c = Producer.remote(), Consumer.remote()
+    total, writeable, meta, b = ray.get(c.rdt.remote(p.make_rdt.remote(1 << 20)))
+    assert total == float(np.arange(1 << 20, dtype=np.float32).sum())
+    assert (writeable, meta, b) == (False, "x", [1, 1, 1])
+    got = ray.get(p.make_rdt.remote(10))  # the driver receives too
+    np.testing.assert_array_equal(got["w"], np.arange(10, dtype=np.float32))
+    del got
+    # Once Ray's reference counting drops the objects, the source frees its buffers.
+    deadline = time.monotonic() + 20
+    while ray.get(p.live_buffers.remote()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.get(p.live_buffers.remote()) == 0
+    ray.kill(p)
+    ray.kill(c)
+
+
+def test_restarted_actor_gets_a_fresh_endpoint_and_stale_refs_fail_cleanly(cluster):
+    p = Producer.remote()
+    ref = ray.get(p.make_ref.remote(1000, 1.0))
+    old_pid = ray.get(p.pid.remote())
+    os.kill(old_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            new_pid = ray.get(p.pid.remote(), timeout=30)
+            break
+        except ray.exceptions.RayActorError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert new_pid != old_pid
+    fresh = ray.get(p.make_ref.remote(1000, 3.0))
+    assert fresh.owner != ref.owner and fresh.endpoint != ref.endpoint
+    assert float(T.get(fresh).sum()) == 3000.0
+    for path in ["shm", "tcp"]:
+        start = time.monotonic()
+        with pytest.raises(T.OwnerGone):
+            T.get(ref, path=path)
+        assert time.monotonic() - start < 2.0
+    ray.kill(p)
