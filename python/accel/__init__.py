@@ -14,7 +14,10 @@ from typing import Any, Iterable
 from . import _native
 from ._native import AccelError, DiscoveryError
 
+from ._plan import PlacementError, Planner, cluster, load_request, plan, sample, samples
+
 __all__ = ["AccelError", "DiscoveryError", "discover", "__version__"]
+__all__ += ["PlacementError", "Planner", "cluster", "load_request", "plan", "sample", "samples"]
 __version__ = _native.__version__
 
 

@@ -7,6 +7,12 @@ use pyo3::prelude::*;
 
 create_exception!(accel, AccelError, PyException, "Base class of every error accel raises.");
 create_exception!(accel, DiscoveryError, AccelError, "Discovery could not start (a bad root or SKU file).");
+create_exception!(
+    accel,
+    PlacementError,
+    AccelError,
+    "A placement request cannot be met (or is invalid): the message names the failed constraint and the nearest feasible alternative."
+);
 create_exception!(accel, TransportError, AccelError, "A tensor transport operation failed.");
 create_exception!(accel, PoolExhausted, TransportError, "The shared-memory pool bound would be exceeded.");
 create_exception!(accel, OwnerGone, TransportError, "The owner of a reference has exited.");
@@ -18,6 +24,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("AccelError", py.get_type::<AccelError>())?;
     m.add("DiscoveryError", py.get_type::<DiscoveryError>())?;
+    m.add("PlacementError", py.get_type::<PlacementError>())?;
     m.add("TransportError", py.get_type::<TransportError>())?;
     m.add("PoolExhausted", py.get_type::<PoolExhausted>())?;
     m.add("OwnerGone", py.get_type::<OwnerGone>())?;
@@ -34,6 +41,11 @@ pub fn to_py<E: std::fmt::Display>(kind: fn(String) -> PyErr) -> impl Fn(E) -> P
 
 pub fn discovery_error(message: String) -> PyErr {
     DiscoveryError::new_err(message)
+}
+
+/// A placement error: `args` are the message and the explanation as JSON (`{}` when none).
+pub fn placement_error(message: String, explanation_json: String) -> PyErr {
+    PlacementError::new_err((message, explanation_json))
 }
 
 /// Maps a transport error onto its Python exception.

@@ -6,6 +6,7 @@
 
 mod discover;
 mod errors;
+mod plan;
 mod transport;
 
 use pyo3::prelude::*;
@@ -15,6 +16,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     discover::register(m)?;
+    plan::register(m)?;
     transport::register(m)?;
     Ok(())
 }

@@ -1,0 +1,106 @@
+//! Placement from Python: a `Planner` over a cluster (JSON in, JSON out), the visibility
+//! environment of a device set (the discovery plugins' `isolate`), and the embedded samples.
+
+use accel_discover::{default_plugins, isolate};
+use accel_model::Machine;
+use accel_plan::{Cluster, PlanError, Request};
+use pyo3::prelude::*;
+
+use crate::errors::{placement_error, to_py};
+
+fn plan_error(e: PlanError) -> PyErr {
+    match e {
+        PlanError::Infeasible(why) => {
+            placement_error(why.to_string(), serde_json::to_string(&why).unwrap_or_else(|_| "{}".into()))
+        }
+        other => placement_error(other.to_string(), "{}".into()),
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
+    serde_json::from_str(text).map_err(|e| placement_error(format!("invalid {what}: {e}"), "{}".into()))
+}
+
+/// Allocation state over one cluster (`accel_plan::Planner`).
+#[pyclass(name = "Planner", module = "accel._native")]
+struct PyPlanner {
+    inner: accel_plan::Planner,
+}
+
+#[pymethods]
+impl PyPlanner {
+    #[new]
+    fn new(cluster_json: &str) -> PyResult<Self> {
+        let cluster: Cluster = parse(cluster_json, "cluster")?;
+        Ok(PyPlanner { inner: accel_plan::Planner::new(&cluster).map_err(plan_error)? })
+    }
+
+    /// Plans without committing; returns the placement as JSON.
+    fn plan(&mut self, request_json: &str) -> PyResult<String> {
+        let request: Request = parse(request_json, "request")?;
+        let placement = self.inner.plan(&request).map_err(plan_error)?;
+        serde_json::to_string(&placement).map_err(to_py(|m| placement_error(m, "{}".into())))
+    }
+
+    /// Plans and commits; returns the placement (with its allocation id) as JSON.
+    fn allocate(&mut self, request_json: &str) -> PyResult<String> {
+        let request: Request = parse(request_json, "request")?;
+        let placement = self.inner.allocate(&request).map_err(plan_error)?;
+        serde_json::to_string(&placement).map_err(to_py(|m| placement_error(m, "{}".into())))
+    }
+
+    fn release(&mut self, id: u64) -> PyResult<()> {
+        self.inner.release(id).map_err(plan_error)
+    }
+
+    /// Marks devices (ids or labels such as `GPU3`) as used outside the planner.
+    fn mark_used(&mut self, node: &str, devices: Vec<String>) -> PyResult<()> {
+        let ids: Vec<&str> = devices.iter().map(String::as_str).collect();
+        self.inner.mark_used(node, &ids).map_err(plan_error)
+    }
+
+    /// Sets exactly which devices of a node are free.
+    fn sync_free(&mut self, node: &str, devices: Vec<String>) -> PyResult<()> {
+        let ids: Vec<&str> = devices.iter().map(String::as_str).collect();
+        self.inner.sync_free(node, &ids).map_err(plan_error)
+    }
+
+    fn free_devices(&self, node: &str) -> PyResult<Vec<String>> {
+        self.inner.free_devices(node).map_err(plan_error)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.node_count()
+    }
+}
+
+/// The environment variables that confine a worker to `ids` of `machine` (per plugin).
+#[pyfunction]
+fn isolate_env(machine_json: &str, ids: Vec<String>) -> PyResult<std::collections::BTreeMap<String, String>> {
+    let machine: Machine = parse(machine_json, "machine")?;
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    Ok(isolate(&default_plugins(), &machine, &ids).env)
+}
+
+/// Names of the embedded sample machines.
+#[pyfunction]
+fn sample_names() -> Vec<&'static str> {
+    accel_discover::samples::names()
+}
+
+/// An embedded sample machine as JSON, or `None` for an unknown name.
+#[pyfunction]
+fn sample_machine_json(name: &str) -> PyResult<Option<String>> {
+    accel_discover::samples::machine(name)
+        .map(|m| serde_json::to_string(&m))
+        .transpose()
+        .map_err(to_py(|m| placement_error(m, "{}".into())))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPlanner>()?;
+    m.add_function(wrap_pyfunction!(isolate_env, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_names, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_machine_json, m)?)?;
+    Ok(())
+}

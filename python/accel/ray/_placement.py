@@ -1,0 +1,315 @@
+"""Exact-device placement on Ray 2.60: node resources and labels, `placement_group`, and the
+per-actor options that make an actor see exactly its planned devices.
+
+The mechanism (verified in ../shared/research/ray-feasibility.md):
+
+- every node carries one custom resource per physical device (`accel_nvidia_3: 1`) besides its
+  usual `GPU`/`TPU`/... count, and the label `accel.io/node=<name>`;
+- a planned bundle becomes a Ray placement-group bundle asking for `GPU: k` plus the k
+  per-device resources, pinned to the planned node by `bundle_label_selector`;
+- an actor in that bundle asks for the same resources, and its `runtime_env` sets the vendor's
+  visibility variable (`CUDA_VISIBLE_DEVICES=4,5,6,7`) with `RAY_EXPERIMENTAL_NOSET_*=1`, so Ray
+  does not rewrite it.
+
+Ray's GPU count stays right, and Ray itself refuses to hand one physical device out twice. A GPU
+user that bypasses the planner (a plain `num_gpus=1` actor) gets Ray's own slot-based
+`CUDA_VISIBLE_DEVICES`, which may name a device the planner gave to someone else: on nodes the
+planner manages, request devices through `placement_group(...)` and `pg.options(i)`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from .. import _native
+from .._plan import PlacementError, Planner, load_request
+
+NODE_LABEL = "accel.io/node"
+LABEL_PREFIX = "accel.io/"
+KV_NAMESPACE = "accel"
+KV_PREFIX = "machine:"
+
+# Ray's resource for each vendor's devices, and the visibility variable Ray would set for it.
+_RAY_RESOURCE = {"nvidia": "GPU", "amd": "GPU", "google": "TPU", "aws": "neuron_cores"}
+_VISIBILITY = {
+    "nvidia": "CUDA_VISIBLE_DEVICES",
+    "amd": "HIP_VISIBLE_DEVICES",
+    "google": "TPU_VISIBLE_CHIPS",
+    "aws": "NEURON_RT_VISIBLE_CORES",
+    "intel-gaudi": "HABANA_VISIBLE_MODULES",
+    "intel": "ZE_AFFINITY_MASK",
+}
+# Variables Ray rewrites unless told not to (`RAY_EXPERIMENTAL_NOSET_<VAR>`).
+_RAY_MANAGED = {
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "TPU_VISIBLE_CHIPS",
+    "NEURON_RT_VISIBLE_CORES",
+    "HABANA_VISIBLE_MODULES",
+    "ZE_AFFINITY_MASK",
+}
+
+
+def _vendor_key(device: dict[str, Any]) -> str:
+    family = (device.get("family") or "").lower()
+    if device["vendor"] == "intel" and family.startswith("gaudi"):
+        return "intel-gaudi"
+    return device["vendor"]
+
+
+def ray_resource(device: dict[str, Any]) -> str:
+    """Ray's resource name for a device's kind (`GPU`, `TPU`, `neuron_cores`, `HPU`)."""
+    key = _vendor_key(device)
+    if key == "intel-gaudi":
+        return "HPU"
+    return _RAY_RESOURCE.get(key, "GPU")
+
+
+def device_resource(vendor: str, index: int) -> str:
+    """The per-device custom resource: `accel_nvidia_3`."""
+    return "accel_" + re.sub(r"[^a-zA-Z0-9]", "_", vendor) + f"_{index}"
+
+
+def _label_value(text: str) -> str:
+    value = re.sub(r"[^a-zA-Z0-9_.-]", "-", str(text))[:63].strip("-_.")
+    return value or "unknown"
+
+
+def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a Ray node backed by `machine` starts with: `num_gpus`, `resources` and `labels`.
+
+    `labels` are planner labels (`{"rack": "r1"}`); they become `accel.io/rack=r1`.
+    """
+    resources: dict[str, float] = {}
+    num_gpus = 0
+    for acc in machine.get("accelerators", []):
+        kind = ray_resource(acc)
+        if kind == "GPU":
+            num_gpus += 1
+        else:
+            resources[kind] = resources.get(kind, 0) + 1
+        resources[device_resource(acc["vendor"], acc["index"])] = 1
+    out_labels = {NODE_LABEL: _label_value(name)}
+    vendors = sorted({a["vendor"] for a in machine.get("accelerators", [])})
+    if vendors:
+        out_labels[LABEL_PREFIX + "vendors"] = _label_value("_".join(vendors))
+    skus = sorted({a["sku"] for a in machine.get("accelerators", []) if a.get("sku")})
+    if skus:
+        out_labels[LABEL_PREFIX + "sku"] = _label_value(skus[0])
+    for domain in machine.get("domains", []):
+        out_labels.setdefault(LABEL_PREFIX + domain["kind"].replace("_", "-"), _label_value(domain["name"]))
+    for key, value in (labels or {}).items():
+        out_labels[LABEL_PREFIX + key.replace("_", "-")] = _label_value(value)
+    return {"num_gpus": num_gpus, "resources": resources, "labels": out_labels}
+
+
+def visibility_env(machine: dict[str, Any], device_ids: list[str]) -> dict[str, str]:
+    """The environment that confines a worker to `device_ids` (in that order), with the
+    `RAY_EXPERIMENTAL_NOSET_*` switch for each variable Ray would otherwise rewrite."""
+    env = dict(_native.isolate_env(json.dumps(machine), list(device_ids)))
+    by_id = {a["id"]: a for a in machine.get("accelerators", [])}
+    missing: dict[str, list[str]] = {}
+    for dev_id in device_ids:
+        dev = by_id[dev_id]
+        var = _VISIBILITY.get(_vendor_key(dev))
+        if var and var not in env:
+            missing.setdefault(var, []).append(str(dev["index"]))
+    for var, indices in missing.items():  # vendors whose plugin has no isolate yet
+        env[var] = ",".join(indices)
+    for var in list(env):
+        if var in _RAY_MANAGED:
+            env[f"RAY_EXPERIMENTAL_NOSET_{var}"] = "1"
+    return env
+
+
+# --- the cluster as Ray sees it ---------------------------------------------------------------
+
+
+def publish_machine(name: str, machine: dict[str, Any]) -> None:
+    """Stores a node's machine in Ray's internal KV (needs `ray.init` first), so that
+    `placement_group` can plan on it without being handed a cluster."""
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(KV_PREFIX + name, json.dumps(machine), overwrite=True, namespace=KV_NAMESPACE)
+
+
+def _ray_nodes() -> dict[str, dict[str, Any]]:
+    """Alive Ray nodes that carry `accel.io/node`, by that name."""
+    import ray
+
+    out = {}
+    for node in ray.nodes():
+        labels = node.get("Labels") or {}
+        if node.get("Alive") and NODE_LABEL in labels:
+            out[labels[NODE_LABEL]] = node
+    return out
+
+
+def cluster_from_ray() -> dict[str, Any]:
+    """The planner's cluster: every alive node with a published machine, with its
+    `accel.io/*` labels as planner labels."""
+    from ray.experimental import internal_kv
+
+    cluster: dict[str, Any] = {"nodes": []}
+    for name, node in sorted(_ray_nodes().items()):
+        raw = internal_kv._internal_kv_get(KV_PREFIX + name, namespace=KV_NAMESPACE)
+        if raw is None:
+            continue
+        labels = {
+            k[len(LABEL_PREFIX) :].replace("-", "_"): v
+            for k, v in (node.get("Labels") or {}).items()
+            if k.startswith(LABEL_PREFIX) and k not in (NODE_LABEL, LABEL_PREFIX + "vendors", LABEL_PREFIX + "sku")
+        }
+        cluster["nodes"].append({"name": name, "labels": labels, "machine": json.loads(raw)})
+    return cluster
+
+
+def sync_with_ray(planner: Planner) -> None:
+    """Makes the planner's free devices exactly those whose per-device resource Ray has free."""
+    from ray._private import state
+
+    nodes = _ray_nodes()
+    available = state.available_resources_per_node()
+    for node in planner.cluster["nodes"]:
+        name = node["name"]
+        ray_node = nodes.get(name)
+        if ray_node is None:
+            planner.sync_free(name, [])
+            continue
+        avail = available.get(ray_node["NodeID"], {})
+        machine = planner.machine(name)
+        free = [
+            a["id"] for a in machine.get("accelerators", []) if avail.get(device_resource(a["vendor"], a["index"]), 0) >= 1
+        ]
+        planner.sync_free(name, free)
+
+
+# --- placement groups -------------------------------------------------------------------------
+
+
+class AccelPlacementGroup:
+    """A Ray placement group whose bundles hold exactly the planned devices.
+
+    `pg` is the Ray `PlacementGroup`; `placement` the planner's decision. Start an actor in
+    bundle `i` with `Actor.options(**apg.options(i)).remote()`.
+    """
+
+    def __init__(self, pg, placement: dict[str, Any], machines: dict[str, dict[str, Any]]):
+        self.pg = pg
+        self.placement = placement
+        self._machines = machines
+
+    def __repr__(self) -> str:
+        where = ", ".join(
+            f"{b['node']}:{','.join(d['label'] for d in b['devices'])}" for b in self.placement["bundles"]
+        )
+        return f"AccelPlacementGroup({where})"
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.placement["bundles"])
+
+    def node(self, i: int) -> str:
+        return self.placement["bundles"][i]["node"]
+
+    def devices(self, i: int) -> list[dict[str, Any]]:
+        return self.placement["bundles"][i]["devices"]
+
+    def env(self, i: int) -> dict[str, str]:
+        """The visibility environment of bundle `i`."""
+        b = self.placement["bundles"][i]
+        return visibility_env(self._machines[b["node"]], [d["id"] for d in b["devices"]])
+
+    def resources(self, i: int) -> dict[str, float]:
+        """The Ray resources of bundle `i`: the device-kind count plus one per device."""
+        return _bundle_resources(self._machines[self.node(i)], self.devices(i))
+
+    def options(self, i: int, **extra: Any) -> dict[str, Any]:
+        """`.options(...)` for an actor or task that should use bundle `i`'s devices."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        res = self.resources(i)
+        opts: dict[str, Any] = {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=i),
+            "num_cpus": 0,
+            "num_gpus": res.pop("GPU", 0),
+            "resources": res,
+        }
+        runtime_env = dict(extra.pop("runtime_env", None) or {})
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        env_vars.update(self.env(i))
+        runtime_env["env_vars"] = env_vars
+        opts["runtime_env"] = runtime_env
+        opts.update(extra)
+        return opts
+
+    def ready(self, timeout_s: float = 30.0) -> bool:
+        return self.pg.wait(timeout_seconds=timeout_s)
+
+    def remove(self) -> None:
+        from ray.util import remove_placement_group
+
+        remove_placement_group(self.pg)
+
+
+def _bundle_resources(machine: dict[str, Any], devices: list[dict[str, Any]]) -> dict[str, float]:
+    by_id = {a["id"]: a for a in machine.get("accelerators", [])}
+    res: dict[str, float] = {}
+    for d in devices:
+        kind = ray_resource(by_id[d["id"]])
+        res[kind] = res.get(kind, 0) + 1
+        res[device_resource(d["vendor"], d["index"])] = 1
+    return res
+
+
+def placement_group(
+    request: Any,
+    *,
+    cluster: Any = None,
+    name: str = "",
+    timeout_s: float = 30.0,
+    cpus_per_bundle: float = 0,
+) -> AccelPlacementGroup:
+    """Plans `request` on the Ray cluster and creates a real Ray placement group holding exactly
+    the planned devices on the planned nodes.
+
+    cluster: the planner's cluster (`accel.cluster(...)`, a dict or a file); by default the
+    machines that `accel.ray` nodes published (`python -m accel.ray start`).
+
+    Fails fast with `accel.PlacementError` (the failed constraint and the nearest feasible
+    alternative) when the request cannot be met with the devices Ray has free, and never leaves
+    a pending placement group behind: if Ray does not reserve the bundles within `timeout_s`
+    (another placement took a device in between), the group is removed and the error raised.
+    """
+    import ray
+    from ray.util import placement_group as ray_placement_group
+    from ray.util import remove_placement_group
+
+    request = load_request(request)
+    planner = Planner(cluster if cluster is not None else cluster_from_ray())
+    if not planner.cluster["nodes"]:
+        raise PlacementError("no Ray node carries accel's machine description (start nodes with `python -m accel.ray start`)")
+    sync_with_ray(planner)
+    placement = planner.plan(request)
+    machines = {b["node"]: planner.machine(b["node"]) for b in placement["bundles"]}
+    bundles, selectors = [], []
+    for b in placement["bundles"]:
+        res = _bundle_resources(machines[b["node"]], b["devices"])
+        if cpus_per_bundle:
+            res["CPU"] = cpus_per_bundle
+        bundles.append(res)
+        selectors.append({NODE_LABEL: _label_value(b["node"])})
+    pg = ray_placement_group(bundles, strategy="PACK", name=name, bundle_label_selector=selectors)
+    deadline = time.monotonic() + timeout_s
+    ready = pg.wait(timeout_seconds=max(0.0, deadline - time.monotonic()))
+    if not ready:
+        remove_placement_group(pg)
+        raise PlacementError(
+            f"Ray did not reserve the planned devices within {timeout_s:g} s "
+            f"({placement['bundles'][0]['node']}...): another placement took them; retry"
+        )
+    del ray  # imported for its side effect of failing early when Ray is missing
+    return AccelPlacementGroup(pg, placement, machines)

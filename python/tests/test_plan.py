@@ -1,0 +1,101 @@
+"""The planner from Python: clusters of sample machines, placements, explanations, requests as
+dicts, JSON or YAML, Ray node specs and visibility environments (no Ray cluster needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import accel
+import accel.ray as aray
+
+SCALE_UP_4 = {"bundles": [{"count": 4, "connectivity": "scale-up"}]}
+
+
+def test_minimal_request_on_samples():
+    cluster = accel.cluster({"dgx-h100": 2})
+    p = accel.Planner(cluster)
+    p.mark_used("dgx-h100-0", ["GPU0", "GPU1", "GPU2"])
+    placement = p.allocate(SCALE_UP_4)
+    (bundle,) = placement["bundles"]
+    assert bundle["node"] == "dgx-h100-0"
+    assert [d["label"] for d in bundle["devices"]] == ["GPU4", "GPU5", "GPU6", "GPU7"]
+    assert bundle["score"]["same_numa"] and bundle["score"]["min_pair_gbps"] > 0
+    # The whole node stays whole for an 8-GPU job; release gives the devices back.
+    assert p.plan({"bundles": [{"count": 8, "connectivity": "scale-up"}]})["bundles"][0]["node"] == "dgx-h100-1"
+    p.release(placement["id"])
+    assert len(p.free_devices("dgx-h100-0")) == 5
+
+
+def test_explanation_names_constraint_and_nearest():
+    cluster = accel.cluster({"mi210-2hive": 1})
+    with pytest.raises(accel.PlacementError) as err:
+        accel.plan(cluster, {"bundles": [{"count": 5, "connectivity": "scale-up"}]})
+    e = err.value
+    assert isinstance(e, accel.AccelError)
+    assert e.constraint == "connectivity"
+    assert "no node has 5 free accelerators all joined by scale-up links" in str(e)
+    assert "best available: mi210-2hive-0 has 4" in str(e)
+    assert e.nearest.startswith("count 4 on mi210-2hive-0")
+
+
+def test_request_forms(tmp_path):
+    cluster = accel.cluster("dgx-h100:1")
+    yaml_text = "bundles:\n  - count: 2\n    connectivity: scale-up\n    same_numa: true\n"
+    json_file = tmp_path / "r.json"
+    json_file.write_text('{"bundles": [{"count": 2, "connectivity": "scale-up", "same_numa": true}]}')
+    got = {str(accel.plan(cluster, r)["bundles"][0]["devices"]) for r in (yaml_text, str(json_file), json_file)}
+    assert len(got) == 1
+    with pytest.raises(accel.PlacementError, match="invalid request"):
+        accel.plan(cluster, {"bundles": [{"count": 2, "connectivity": "nvlink"}]})
+
+
+def test_capability_constraints_across_vendors():
+    cluster = accel.cluster({"dgx-h100": 1, "mi300x": 1})
+    amd = accel.plan(cluster, {"bundles": [{"count": 2, "vendor": ["amd"]}]})
+    assert amd["bundles"][0]["node"] == "mi300x-0"
+    big = accel.plan(cluster, {"bundles": [{"count": 1, "min_memory_gb": 150}]})
+    assert big["bundles"][0]["node"] == "mi300x-0"
+
+
+def test_node_spec_and_visibility():
+    m = accel.sample("dgx-h100")
+    spec = aray.node_spec(m, "n0", {"rack": "r1"})
+    assert spec["num_gpus"] == 8
+    assert spec["resources"]["accel_nvidia_7"] == 1
+    assert spec["labels"]["accel.io/node"] == "n0" and spec["labels"]["accel.io/rack"] == "r1"
+    ids = [m["accelerators"][i]["id"] for i in (6, 4)]
+    assert aray.visibility_env(m, ids) == {
+        "CUDA_VISIBLE_DEVICES": "6,4",
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+    }
+    amd = accel.sample("mi300x")
+    env = aray.visibility_env(amd, [amd["accelerators"][1]["id"]])
+    assert env["HIP_VISIBLE_DEVICES"] == "1" and env["RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"] == "1"
+
+
+def test_ray_start_dry_run():
+    out = subprocess.run(
+        [sys.executable, "-m", "accel.ray", "start", "--sample", "dgx-h100", "--node-name", "n7", "--dry-run", "--head"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert out.startswith("ray start --num-gpus=8 ")
+    assert "accel_nvidia_0" in out and "accel.io/node=n7" in out and out.rstrip().endswith("--head")
+
+
+def test_cli_plan_exit_status(accel_bin, tmp_path):
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(subprocess.run([accel_bin, "cluster", "--sample", "dgx-h100:2"], check=True, capture_output=True, text=True).stdout)
+    ok = tmp_path / "ok.json"
+    ok.write_text('{"bundles": [{"count": 4, "connectivity": "scale-up"}]}')
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"bundles": [{"count": 9, "connectivity": "scale-up"}]}')
+    good = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", ok, "--json"], capture_output=True, text=True)
+    assert good.returncode == 0 and '"node": "dgx-h100-0"' in good.stdout
+    fail = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", bad], capture_output=True, text=True)
+    assert fail.returncode != 0
+    assert "no node has 9 accelerators" in fail.stderr and "nearest feasible" in fail.stderr
