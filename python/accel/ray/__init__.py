@@ -6,6 +6,18 @@ Placement (`placement_group`, `ray_start`) and the ACCEL tensor transport
 
 from __future__ import annotations
 
+from ._placement import (
+    AccelPlacementGroup,
+    cluster_from_ray,
+    device_resource,
+    node_spec,
+    placement_group,
+    publish_machine,
+    visibility_env,
+)
+from ._start import ray_start_command
 from ._transport import register_transport
 
 __all__: list[str] = ["register_transport"]
+__all__ += ["AccelPlacementGroup", "cluster_from_ray", "device_resource", "node_spec", "placement_group"]
+__all__ += ["publish_machine", "ray_start_command", "visibility_env"]
