@@ -37,11 +37,23 @@ pub struct ClusterNode {
 }
 
 /// A node's machine: the name of an entry in [`Cluster::machines`], or the machine itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum MachineRef {
     Name(String),
     Inline(Box<Machine>),
+}
+
+impl<'de> Deserialize<'de> for MachineRef {
+    // Not `#[serde(untagged)]`: that buffers the input and hides the machine's own error, and
+    // some model fields deserialize from borrowed strings, which a borrowed `Value` provides.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MachineRef, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        match &value {
+            serde_json::Value::String(name) => Ok(MachineRef::Name(name.clone())),
+            _ => Machine::deserialize(&value).map(|m| MachineRef::Inline(Box::new(m))).map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 impl Cluster {

@@ -201,3 +201,21 @@ fn request_parsing() {
     let mut p = Planner::new(&cluster(&[("a", Spec::dgx())])).unwrap();
     assert!(matches!(p.plan(&Request { bundles: vec![Bundle::new(0)], ..r.clone() }), Err(PlanError::Request(_))));
 }
+
+#[test]
+fn cluster_json_round_trip_with_inline_and_shared_machines() {
+    let mut c = cluster(&[("a", Spec::dgx())]);
+    c.machines.insert("hives".into(), build(&Spec::two_hives()));
+    c.nodes.push(ClusterNode {
+        name: "b".into(),
+        labels: BTreeMap::from([("rack".to_owned(), "r1".to_owned())]),
+        machine: MachineRef::Name("hives".into()),
+        allocated: Vec::new(),
+    });
+    let text = serde_json::to_string(&c).unwrap();
+    let back = Cluster::from_json(&text).unwrap();
+    assert_eq!(back, c);
+    let mut p = Planner::new(&back).unwrap();
+    let got = p.plan(&request(r#"{"bundles": [{"count": 2, "vendor": ["amd"]}], "select": {"rack": "r1"}}"#)).unwrap();
+    assert_eq!(got.bundles[0].node, "b");
+}

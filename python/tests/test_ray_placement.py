@@ -1,0 +1,175 @@
+"""Exact-device placement on a real Ray 2.60 multi-node cluster (`ray.cluster_utils.Cluster`),
+each node backed by an embedded sample machine: its per-device resources and accel labels come
+from `accel.ray.node_spec`, and actors check their own visibility variables. No GPU is needed:
+Ray's GPUs are logical here."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+from ray.util import placement_group as ray_placement_group  # noqa: E402
+from ray.util import placement_group_table, remove_placement_group  # noqa: E402
+
+import accel  # noqa: E402
+import accel.ray as aray  # noqa: E402
+
+# Node name -> sample; the GB200 trays form two NVLink cliques (one tray in A, two in B).
+NODES = {
+    "dgx-a": ("dgx-h100", {}),
+    "dgx-b": ("dgx-h100", {}),
+    "rtx": ("rtx-pro-6000-server", {}),
+    "nvl-a0": ("gb200-nvl72-tray", {"nvlink_clique": "clique-a"}),
+    "nvl-b0": ("gb200-nvl72-tray", {"nvlink_clique": "clique-b"}),
+    "nvl-b1": ("gb200-nvl72-tray", {"nvlink_clique": "clique-b"}),
+}
+H100 = "nvidia-h100-sxm"
+
+
+@ray.remote(num_cpus=0)
+class Probe:
+    """Reports what the worker process sees."""
+
+    def env(self):
+        keys = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")
+        return {k: os.environ.get(k) for k in keys} | {"node_id": ray.get_runtime_context().get_node_id()}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        node_ids = {}
+        for name, (sample, labels) in NODES.items():
+            spec = aray.node_spec(accel.sample(sample), name, labels)
+            node = c.add_node(num_cpus=1, num_gpus=spec["num_gpus"], resources=spec["resources"], labels=spec["labels"])
+            node_ids[name] = node.node_id
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        for name, (sample, _) in NODES.items():
+            aray.publish_machine(name, accel.sample(sample))
+        yield node_ids
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _probe(apg, i):
+    actor = Probe.options(**apg.options(i)).remote()
+    try:
+        return ray.get(actor.env.remote(), timeout=120)
+    finally:
+        ray.kill(actor)
+
+
+def _free(node_id, names):
+    avail = ray._private.state.available_resources_per_node().get(node_id, {})
+    return [n for n in names if avail.get(n, 0) >= 1]
+
+
+def test_cluster_view_from_ray(cluster):
+    view = aray.cluster_from_ray()
+    assert sorted(n["name"] for n in view["nodes"]) == sorted(NODES)
+    labels = {n["name"]: n["labels"] for n in view["nodes"]}
+    assert labels["nvl-b1"]["nvlink_clique"] == "clique-b"
+
+
+def test_four_nvlink_gpus_land_on_the_fragmented_dgx(cluster):
+    # GPUs 0-2 of dgx-a are already held (through the same per-device resources).
+    held = ray_placement_group(
+        [{"GPU": 3, "accel_nvidia_0": 1, "accel_nvidia_1": 1, "accel_nvidia_2": 1}],
+        bundle_label_selector=[{"accel.io/node": "dgx-a"}],
+    )
+    assert held.wait(timeout_seconds=60)
+    apg = aray.placement_group({"bundles": [{"count": 4, "connectivity": "scale-up", "sku": [H100]}]})
+    try:
+        assert apg.node(0) == "dgx-a"  # best fit: dgx-b stays whole for an 8-GPU job
+        assert [d["label"] for d in apg.devices(0)] == ["GPU4", "GPU5", "GPU6", "GPU7"]
+        seen = _probe(apg, 0)
+        assert seen["node_id"] == cluster["dgx-a"]
+        assert seen["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+        m = accel.sample("dgx-h100")
+        ids = {a["index"]: a["id"] for a in m["accelerators"]}
+        links = {(link["a"], link["b"]) for link in m["links"]}
+        for a in (4, 5, 6, 7):
+            for b in (4, 5, 6, 7):
+                if a < b:
+                    assert (min(ids[a], ids[b]), max(ids[a], ids[b])) in links
+        # Ray's accounting agrees: dgx-a has one device left, and it is GPU3.
+        names = [f"accel_nvidia_{i}" for i in range(8)]
+        assert _free(cluster["dgx-a"], names) == ["accel_nvidia_3"]
+        whole = aray.placement_group({"bundles": [{"count": 8, "connectivity": "scale-up", "sku": [H100]}]})
+        assert whole.node(0) == "dgx-b"
+        whole.remove()
+    finally:
+        apg.remove()
+        remove_placement_group(held)
+
+
+def test_rdma_nic_per_gpu_gets_pix(cluster):
+    # DGX H100 NICs sit at PXB and GB200 tray NICs at NODE: only the RTX server has PIX NICs.
+    apg = aray.placement_group({"bundles": [{"count": 2, "nic": "pix"}]})
+    try:
+        assert apg.node(0) == "rtx"
+        assert all(d["nic_path"] == "PIX" for d in apg.devices(0))
+        seen = _probe(apg, 0)
+        assert seen["node_id"] == cluster["rtx"]
+        assert seen["CUDA_VISIBLE_DEVICES"] == ",".join(str(d["index"]) for d in apg.devices(0))
+    finally:
+        apg.remove()
+
+
+def test_nvl72_gang_stays_in_one_clique(cluster):
+    gang = {
+        "bundles": [{"count": 4, "connectivity": "scale-up", "family": ["blackwell"]}] * 2,
+        "same": "nvlink_clique",
+        "strategy": "spread",
+    }
+    loose = accel.plan(aray.cluster_from_ray(), {**gang, "same": None})
+    assert {b["node"] for b in loose["bundles"]} == {"nvl-a0", "nvl-b0"}  # crosses cliques
+    apg = aray.placement_group(gang)
+    try:
+        assert sorted(apg.node(i) for i in range(2)) == ["nvl-b0", "nvl-b1"]
+        for i in range(2):
+            seen = _probe(apg, i)
+            assert seen["node_id"] == cluster[apg.node(i)]
+            assert seen["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    finally:
+        apg.remove()
+
+
+def test_infeasible_request_fails_fast_without_a_pending_group(cluster):
+    before = len(placement_group_table())
+    started = time.monotonic()
+    with pytest.raises(accel.PlacementError) as err:
+        aray.placement_group({"bundles": [{"count": 6, "connectivity": "scale-up", "family": ["blackwell"]}]})
+    elapsed = time.monotonic() - started
+    # The RTX PRO 6000 server has 8 Blackwell GPUs, but on PCIe only; trays have 4 on NVLink.
+    assert err.value.constraint == "connectivity"
+    assert "no node has 6 free accelerators all joined by scale-up links; best available: nvl-" in str(err.value)
+    assert "nearest feasible: count 4 on nvl-" in str(err.value)
+    assert "or without the connectivity constraint: rtx (" in str(err.value)
+    assert elapsed < 30  # planned, not left pending in Ray
+    assert len(placement_group_table()) == before
+
+
+def test_two_placements_never_share_a_device(cluster):
+    req = {"bundles": [{"count": 4, "sku": [H100]}]}
+    first = aray.placement_group(req)
+    second = aray.placement_group(req)
+    try:
+        a = {(first.node(0), d["id"]) for d in first.devices(0)}
+        b = {(second.node(0), d["id"]) for d in second.devices(0)}
+        assert not a & b
+        # Ray holds every one of those devices: none is free any more.
+        for apg in (first, second):
+            names = [aray.device_resource(d["vendor"], d["index"]) for d in apg.devices(0)]
+            assert _free(cluster[apg.node(0)], names) == []
+    finally:
+        first.remove()
+        second.remove()
