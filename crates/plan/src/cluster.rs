@@ -51,7 +51,9 @@ impl<'de> Deserialize<'de> for MachineRef {
         let value = serde_json::Value::deserialize(d)?;
         match &value {
             serde_json::Value::String(name) => Ok(MachineRef::Name(name.clone())),
-            _ => Machine::deserialize(&value).map(|m| MachineRef::Inline(Box::new(m))).map_err(serde::de::Error::custom),
+            _ => {
+                Machine::deserialize(&value).map(|m| MachineRef::Inline(Box::new(m))).map_err(serde::de::Error::custom)
+            }
         }
     }
 }

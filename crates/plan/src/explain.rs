@@ -179,7 +179,7 @@ pub(crate) fn explain(
     let (constraint, message) = match request.same.as_deref() {
         Some(kind) => {
             let holder = match best_partial.as_ref().map(|(u, _)| &units[*u]) {
-                Some(Unit::Node(node)) => format!("{}", p.node_name(*node)),
+                Some(Unit::Node(node)) => p.node_name(*node).to_owned(),
                 Some(Unit::Groups(groups)) => groups
                     .first()
                     .and_then(|g| p.label_value(g.0, kind))
