@@ -35,6 +35,10 @@ enum Command {
     Skus(SkusArgs),
     /// List the captured machines embedded in this binary (use with `--sample NAME`).
     Samples,
+    /// Print node labels and resources for a scheduler: `ray start` arguments or Kubernetes labels.
+    Labels(LabelsArgs),
+    /// Capture this machine (allow-listed sysfs/procfs files, NVML, metadata) into OUT_DIR.
+    Capture(CaptureArgs),
     /// Build a cluster (JSON) from embedded samples: `--sample dgx-h100:4,mi300x:2`.
     Cluster(plan::ClusterArgs),
     /// Place a request on a cluster: exact devices per bundle, or why it cannot be met.
@@ -54,6 +58,12 @@ struct SourceArgs {
     /// Read an embedded captured machine instead (see `accel samples`).
     #[arg(long, value_name = "NAME", conflicts_with = "root")]
     sample: Option<String>,
+    /// Skip network look-ups (GCE metadata, EC2 IMDS). Always skipped for --root and --sample.
+    #[arg(long)]
+    no_network: bool,
+    /// Kubernetes node labels (downward-API file, `key="value"` lines) naming zone, rack, block.
+    #[arg(long, value_name = "FILE")]
+    labels_file: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -81,6 +91,31 @@ struct TopoArgs {
     /// Print the matrix as JSON: endpoint names, path classes, CPU and NUMA affinity.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LabelFormat {
+    /// `--labels='...' --resources='...'` for `ray start`.
+    Ray,
+    /// `key=value` lines with NFD / GPU Feature Discovery names.
+    K8s,
+}
+
+#[derive(Debug, Args)]
+struct LabelsArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    #[arg(long, value_enum, default_value = "ray")]
+    format: LabelFormat,
+}
+
+#[derive(Debug, Args)]
+struct CaptureArgs {
+    /// Directory to write `capture.bundle` and a README template into (created if missing).
+    #[arg(value_name = "OUT_DIR")]
+    out_dir: PathBuf,
+    #[command(flatten)]
+    source: SourceArgs,
 }
 
 #[derive(Debug, Args)]
@@ -135,6 +170,41 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Plan(args) => plan::plan(&args, &mut out)?,
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
+        Command::Labels(args) => {
+            let machine = discover_machine(&args.source)?;
+            match args.format {
+                LabelFormat::Ray => writeln!(out, "{}", accel_discover::export::ray_labels(&machine).to_args())?,
+                LabelFormat::K8s => {
+                    for (k, v) in accel_discover::export::k8s_labels(&machine) {
+                        writeln!(out, "{k}={v}")?;
+                    }
+                }
+            }
+        }
+        Command::Capture(args) => {
+            let host = make_host(&args.source)?;
+            let machine = discover(&host, &default_plugins());
+            let (tree, warnings) = accel_discover::capture::capture(&host, &machine);
+            std::fs::create_dir_all(&args.out_dir)
+                .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+            let bundle = args.out_dir.join("capture.bundle");
+            std::fs::write(&bundle, tree.to_bundle()).with_context(|| format!("cannot write {}", bundle.display()))?;
+            let readme = args.out_dir.join("README.md");
+            if !readme.exists() {
+                std::fs::write(&readme, capture_readme(&machine))
+                    .with_context(|| format!("cannot write {}", readme.display()))?;
+            }
+            for w in warnings {
+                eprintln!("accel: warning: {w}");
+            }
+            writeln!(
+                out,
+                "captured {} files ({} accelerators) into {}",
+                tree.len(),
+                machine.accelerators.len(),
+                bundle.display()
+            )?;
+        }
         Command::Samples => {
             for name in accel_discover::samples::names() {
                 writeln!(out, "{name}")?;
@@ -160,20 +230,52 @@ fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
 }
 
 fn discover_machine(args: &SourceArgs) -> Result<Machine> {
+    Ok(discover(&make_host(args)?, &default_plugins()))
+}
+
+/// The host to discover: an embedded sample, a capture bundle file, a captured directory, or
+/// the live machine (the only one that gets the process environment, NVML and the network).
+fn make_host(args: &SourceArgs) -> Result<Host> {
+    let registry = registry(&args.registry)?;
     if let Some(name) = &args.sample {
-        let Some(host) = accel_discover::samples::host(name, registry(&args.registry)?) else {
+        let Some(host) = accel_discover::samples::host(name, registry) else {
             bail!("no sample named {name:?}; `accel samples` lists them");
         };
-        return Ok(discover(&host, &default_plugins()));
+        return Ok(host.with_labels_file(args.labels_file.clone()));
+    }
+    if args.root.is_file() {
+        let bytes = std::fs::read(&args.root).with_context(|| format!("cannot read {}", args.root.display()))?;
+        let tree = accel_discover::fs::MemTree::parse_bundle(&bytes)
+            .with_context(|| format!("{} is not a capture bundle", args.root.display()))?;
+        return Ok(Host::in_memory(std::sync::Arc::new(tree), registry).with_labels_file(args.labels_file.clone()));
     }
     check_root(&args.root)?;
-    let registry = registry(&args.registry)?;
-    let mut host = Host::new(&args.root, registry);
+    let mut host = Host::new(&args.root, registry).with_labels_file(args.labels_file.clone());
     if args.root == Path::new("/") {
         // Only the live machine's environment describes it; a capture carries its own.
         host = host.with_env(std::env::vars().collect::<BTreeMap<_, _>>());
+        let mut net = accel_discover::NetConfig { enabled: !args.no_network, ..Default::default() };
+        if let Some(url) = std::env::var("ACCEL_GCE_METADATA_URL").ok().filter(|u| !u.is_empty()) {
+            net.gce_endpoint = url;
+        }
+        if let Some(url) = std::env::var("ACCEL_IMDS_URL").ok().filter(|u| !u.is_empty()) {
+            net.imds_endpoint = url;
+        }
+        host = host.with_net(net);
+        if let Some(nvml) = accel_discover::nvml_live::open() {
+            host = host.with_nvml(nvml);
+        }
     }
-    Ok(discover(&host, &default_plugins()))
+    Ok(host)
+}
+
+fn capture_readme(machine: &Machine) -> String {
+    let product = machine.host.product_name.as_deref().unwrap_or("unknown machine");
+    format!(
+        "# {product} (real capture)\n\nWritten by `accel capture` ({} accelerators). Before contributing it, say here\n\
+         who captured it, when, the driver versions, and that it may be published under Apache-2.0.\n",
+        machine.accelerators.len()
+    )
 }
 
 fn check_root(root: &Path) -> Result<()> {

@@ -266,6 +266,15 @@ impl Fs {
         }
     }
 
+    pub(crate) fn is_dir(&self, path: &Path) -> bool {
+        match self {
+            Fs::Real => path.is_dir(),
+            Fs::Memory(tree) => tree
+                .resolve(path, true)
+                .is_some_and(|p| matches!(tree.entries.get(&p), Some(Entry::Dir)) || tree.children.contains_key(&p)),
+        }
+    }
+
     pub(crate) fn exists(&self, path: &Path) -> bool {
         match self {
             Fs::Real => path.exists(),

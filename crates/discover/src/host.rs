@@ -126,6 +126,16 @@ impl Host {
         self.labels_file.as_deref()
     }
 
+    /// The target of a symlink exactly as stored (for copying it), `None` if not a symlink.
+    pub fn raw_link(&self, path: &Path) -> Option<PathBuf> {
+        self.fs.read_link(path)
+    }
+
+    /// Whether a path is a directory (following symlinks).
+    pub fn is_dir(&self, path: &Path) -> bool {
+        self.fs.is_dir(path)
+    }
+
     /// Whether a path exists in the tree (following symlinks).
     pub fn exists(&self, path: &Path) -> bool {
         self.fs.exists(path)

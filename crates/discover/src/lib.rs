@@ -6,6 +6,8 @@
 //! machine's report, never a panic.
 
 pub mod amd;
+pub mod capture;
+pub mod export;
 pub mod fs;
 pub mod gaudi;
 mod generic;
@@ -15,6 +17,7 @@ pub mod net;
 pub mod neuron;
 pub mod nvidia;
 pub mod nvml;
+pub mod nvml_live;
 pub mod others;
 pub mod platform;
 mod plugin;

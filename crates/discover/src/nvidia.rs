@@ -40,7 +40,7 @@ impl Vendor for Nvidia {
             },
         };
         match snapshot {
-            Ok(snapshot) => apply_nvml(host, &snapshot, &mut gpus, &mut report),
+            Ok(snapshot) => apply_nvml(host, platform, &snapshot, &mut gpus, &mut report),
             Err(e) => {
                 procfs(host, &mut gpus, &mut report.warnings);
                 if !gpus.is_empty() {
@@ -68,7 +68,13 @@ fn parse_bus_id(text: &str) -> Option<PciAddr> {
     text.trim().to_ascii_lowercase().parse().ok()
 }
 
-fn apply_nvml(host: &Host, snap: &NvmlSnapshot, gpus: &mut BTreeMap<PciAddr, Accelerator>, report: &mut Report) {
+fn apply_nvml(
+    host: &Host,
+    platform: &Machine,
+    snap: &NvmlSnapshot,
+    gpus: &mut BTreeMap<PciAddr, Accelerator>,
+    report: &mut Report,
+) {
     for e in &snap.errors {
         report.warnings.push(Warning { source: SRC.into(), path: None, message: format!("NVML: {e}") });
     }
@@ -140,8 +146,14 @@ fn apply_nvml(host: &Host, snap: &NvmlSnapshot, gpus: &mut BTreeMap<PciAddr, Acc
                     *direct.entry(key).or_default() += 1;
                 }
                 (RemoteType::Switch, _) => *switch_links.entry(me.clone()).or_default() += 1,
-                // A hidden remote (empty bus id, as in VMs) is an NVSwitch, as NCCL assumes.
-                (RemoteType::Unknown, None) if remote.is_none() => *switch_links.entry(me.clone()).or_default() += 1,
+                // Unknown remotes are classified as NCCL does: a hidden remote (empty bus id, as in
+                // VMs) or a PCI function of class 0x0680 (bridge, other) is an NVSwitch.
+                (RemoteType::Unknown, None) => {
+                    let class = remote.and_then(|r| platform.pci_device(r)).and_then(|n| n.class);
+                    if remote.is_none() || class.is_some_and(|c| c.base_sub() == 0x0680) {
+                        *switch_links.entry(me.clone()).or_default() += 1;
+                    }
+                }
                 _ => {}
             }
         }

@@ -1,0 +1,274 @@
+//! Node labels and resources for schedulers, from a discovered [`Machine`]: Ray
+//! (`ray start --labels ... --resources ...`) and Kubernetes (NFD / GPU Feature Discovery names
+//! where they exist). Pure functions of the machine, shared by `accel labels`, the planner and
+//! `accel ray-start`.
+//!
+//! Naming: labels live under `accel.io/` (Ray reserves `ray.io/` for itself); the accelerator
+//! type uses Ray's own vocabulary (`H100`, `AMD-Instinct-MI300X-OAM`, `TPU-V6E`), so it can be
+//! compared with `ray.io/accelerator-type`. Every device is a custom resource
+//! `accel_dev_<vendor>_<index>` with quantity 1 (index as in the visibility variables).
+
+use std::collections::BTreeMap;
+
+use accel_model::{Accelerator, DomainKind, Machine};
+
+/// What `ray start` takes for this node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RayNode {
+    pub labels: BTreeMap<String, String>,
+    pub resources: BTreeMap<String, f64>,
+}
+
+impl RayNode {
+    /// `--labels='k=v,...' --resources='{"name": 1.0}'`, ready to paste after `ray start`.
+    pub fn to_args(&self) -> String {
+        let labels: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let resources = serde_json::to_string(&self.resources).unwrap_or_else(|_| "{}".into());
+        format!("--labels='{}' --resources='{}'", labels.join(","), resources)
+    }
+}
+
+/// Ray's accelerator-type string for a device (`ray.util.accelerators`), where Ray has one.
+pub fn ray_accelerator_type(acc: &Accelerator) -> Option<String> {
+    let sku = acc.sku.as_deref().unwrap_or("");
+    let by_sku: &[(&str, &str)] = &[
+        ("nvidia-a100", "A100"),
+        ("nvidia-h100", "H100"),
+        ("nvidia-h200", "H200"),
+        ("nvidia-h20", "H20"),
+        ("nvidia-gb200", "GB200"),
+        ("nvidia-gb300", "GB300"),
+        ("nvidia-b200", "B200"),
+        ("nvidia-b300", "B300"),
+        ("nvidia-l40s", "L40S"),
+        ("nvidia-l4", "L4"),
+        ("nvidia-rtx-pro-6000", "RTX-PRO-6000"),
+        ("google-tpu-v4", "TPU-V4"),
+        ("google-tpu-v5e", "TPU-V5LITEPOD"),
+        ("google-tpu-v5p", "TPU-V5P"),
+        ("google-tpu-v6e", "TPU-V6E"),
+        ("google-tpu7x", "TPU-V7X"),
+        ("intel-gaudi", "Intel-GAUDI"),
+        ("intel-max-1550", "Intel-GPU-Max-1550"),
+        ("intel-max-1100", "Intel-GPU-Max-1100"),
+    ];
+    if let Some((_, t)) = by_sku.iter().find(|(prefix, _)| sku.starts_with(prefix)) {
+        return Some((*t).to_owned());
+    }
+    if acc.vendor == "aws" {
+        return Some("aws-neuron-core".into());
+    }
+    if acc.vendor == "amd" {
+        // Ray's table in ray/_private/accelerators/amd_gpu.py, by PCI device id.
+        let t = match acc.pci_device?.0 {
+            0x738c => "AMD-Instinct-MI100",
+            0x7408 => "AMD-Instinct-MI250X",
+            0x740c => "AMD-Instinct-MI250X-MI250",
+            0x740f => "AMD-Instinct-MI210",
+            0x74a0 => "AMD-Instinct-MI300A",
+            0x74a1 => "AMD-Instinct-MI300X-OAM",
+            0x74a2 => "AMD-Instinct-MI308X-OAM",
+            0x74a9 => "AMD-Instinct-MI300X-HF",
+            0x74a5 => "AMD-Instinct-MI325X-OAM",
+            0x75a0 => "AMD-Instinct-MI350X-OAM",
+            0x75a3 => "AMD-Instinct-MI355X-OAM",
+            _ => return None,
+        };
+        return Some(t.into());
+    }
+    None
+}
+
+/// A Kubernetes/Ray label value: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at
+/// both ends; anything else becomes `-`. Empty when nothing is left.
+pub fn label_value(text: &str) -> String {
+    let mapped: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' }).collect();
+    let trimmed: String = mapped.chars().take(63).collect();
+    trimmed.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_owned()
+}
+
+/// Scale-up islands: groups of accelerators joined (directly or transitively) by links, of
+/// more than one device, largest first. Each comes with its link kind (the first link's).
+pub fn islands(machine: &Machine) -> Vec<(String, Vec<String>)> {
+    let ids: Vec<&str> = machine.accelerators.iter().map(|a| a.id.as_str()).collect();
+    let mut parent: Vec<usize> = (0..ids.len()).collect();
+    fn find(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    let mut kind_of: BTreeMap<usize, String> = BTreeMap::new();
+    for link in &machine.links {
+        let (Some(a), Some(b)) = (ids.iter().position(|&x| x == link.a), ids.iter().position(|&x| x == link.b)) else {
+            continue;
+        };
+        let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+        parent[ra] = rb;
+        kind_of.entry(a).or_insert_with(|| link.kind.as_str().to_owned());
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..ids.len() {
+        let r = find(&mut parent, i);
+        groups.entry(r).or_default().push(i);
+    }
+    let mut out: Vec<(String, Vec<String>)> = groups
+        .into_values()
+        .filter(|g| g.len() > 1)
+        .map(|g| {
+            let kind = g.iter().find_map(|i| kind_of.get(i).cloned()).unwrap_or_default();
+            (kind, g.into_iter().map(|i| ids[i].to_owned()).collect())
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.1.cmp(&b.1)));
+    out
+}
+
+fn domain_labels(machine: &Machine, out: &mut BTreeMap<String, String>) {
+    for d in &machine.domains {
+        let key = match d.kind {
+            DomainKind::Zone => "accel.io/zone".to_owned(),
+            DomainKind::Region => "accel.io/region".to_owned(),
+            DomainKind::Rack => "accel.io/rack".to_owned(),
+            DomainKind::Block => "accel.io/block".to_owned(),
+            DomainKind::NvlinkClique => "accel.io/nvlink-clique".to_owned(),
+            DomainKind::TpuSlice => "accel.io/tpu-slice".to_owned(),
+            DomainKind::NetworkNode => match d.name.split_once(':') {
+                Some((layer, _)) => format!("accel.io/network-node-{}", label_value(layer)),
+                None => "accel.io/network-node".to_owned(),
+            },
+        };
+        let name =
+            if d.kind == DomainKind::NetworkNode { d.name.split_once(':').map_or(&*d.name, |x| x.1) } else { &d.name };
+        let value = label_value(name);
+        if !value.is_empty() {
+            out.entry(key).or_insert(value);
+        }
+    }
+}
+
+fn common_labels(machine: &Machine) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    if let Some(t) = machine.accelerators.iter().find_map(ray_accelerator_type) {
+        labels.insert("accel.io/accelerator-type".into(), label_value(&t));
+    }
+    if !machine.accelerators.is_empty() {
+        labels.insert("accel.io/accelerator-count".into(), machine.accelerators.len().to_string());
+        let mut vendors: Vec<&str> = machine.accelerators.iter().map(|a| a.vendor.as_str()).collect();
+        vendors.dedup();
+        labels.insert("accel.io/vendors".into(), label_value(&vendors.join(".")));
+    }
+    domain_labels(machine, &mut labels);
+    let isl = islands(machine);
+    if let Some((kind, members)) = isl.first() {
+        labels.insert("accel.io/scaleup-kind".into(), label_value(kind));
+        labels.insert("accel.io/scaleup-island-size".into(), members.len().to_string());
+        labels.insert("accel.io/scaleup-islands".into(), isl.len().to_string());
+    }
+    for (attr, key) in [
+        ("tpu.worker_id", "accel.io/tpu-worker-id"),
+        ("tpu.topology", "accel.io/tpu-topology"),
+        ("tpu.accelerator_type", "accel.io/tpu-pod-type"),
+    ] {
+        if let Some(v) = machine.attributes.get(attr).map(|v| label_value(v)).filter(|v| !v.is_empty()) {
+            labels.insert(key.into(), v);
+        }
+    }
+    labels
+}
+
+/// Labels and resources for `ray start`.
+pub fn ray_labels(machine: &Machine) -> RayNode {
+    let mut resources = BTreeMap::new();
+    for acc in &machine.accelerators {
+        resources.insert(format!("accel_dev_{}_{}", label_value(&acc.vendor).replace(['.', '-'], "_"), acc.index), 1.0);
+    }
+    RayNode { labels: common_labels(machine), resources }
+}
+
+/// Kubernetes node labels: NFD's PCI labels and GPU Feature Discovery's `nvidia.com/gpu.*` names
+/// where they exist, the AMD and GKE TPU equivalents, and the `accel.io/` labels for the rest.
+pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
+    let mut labels = common_labels(machine);
+    for acc in &machine.accelerators {
+        let class = acc.pci.and_then(|a| machine.pci_device(a)).and_then(|n| n.class);
+        if let (Some(class), Some(vendor)) = (class, acc.pci_vendor) {
+            labels.insert(
+                format!("feature.node.kubernetes.io/pci-{:04x}_{vendor}.present", class.base_sub()),
+                "true".into(),
+            );
+        }
+    }
+    let nvidia: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.vendor == "nvidia").collect();
+    if let Some(first) = nvidia.first() {
+        labels.insert("nvidia.com/gpu.count".into(), nvidia.len().to_string());
+        labels.insert("nvidia.com/gpu.product".into(), label_value(&first.product.replace(' ', "-")));
+        if let Some(m) = first.memory_bytes {
+            labels.insert("nvidia.com/gpu.memory".into(), (m >> 20).to_string());
+        }
+        if let Some(f) = &first.family {
+            labels.insert("nvidia.com/gpu.family".into(), label_value(f));
+        }
+        if let Some(p) = &machine.host.product_name {
+            labels.insert("nvidia.com/gpu.machine".into(), label_value(p));
+        }
+        // GFD sets the clique only when every fabric-attached GPU agrees.
+        let cliques: Vec<&str> =
+            machine.domains.iter().filter(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.as_str()).collect();
+        if let [one] = cliques.as_slice() {
+            labels.insert("nvidia.com/gpu.clique".into(), label_value(one));
+        }
+    }
+    let amd: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.vendor == "amd").collect();
+    if let Some(first) = amd.first() {
+        labels.insert("amd.com/gpu.count".into(), amd.len().to_string());
+        if let Some(d) = first.pci_device {
+            labels.insert("amd.com/gpu.device-id".into(), d.to_string());
+        }
+        if let Some(f) = &first.family {
+            labels.insert("amd.com/gpu.family".into(), label_value(f));
+        }
+    }
+    if let (Some(t), Some(topo)) =
+        (machine.attributes.get("tpu.accelerator_type"), machine.attributes.get("tpu.topology"))
+    {
+        // GKE: `tpu-v6e-slice`-style accelerator names from the `v6e-8` type.
+        let generation = t.split('-').next().unwrap_or(t);
+        let gke = match generation {
+            "v5litepod" | "v5e" => "tpu-v5-lite-podslice".to_owned(),
+            "v5p" => "tpu-v5p-slice".to_owned(),
+            g => format!("tpu-{g}-slice"),
+        };
+        labels.insert("cloud.google.com/gke-tpu-accelerator".into(), label_value(&gke));
+        labels.insert("cloud.google.com/gke-tpu-topology".into(), label_value(topo));
+    }
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn values() {
+        assert_eq!(label_value("5f6a7b8c-1d2e.32766"), "5f6a7b8c-1d2e.32766");
+        assert_eq!(label_value("NVIDIA H100 80GB"), "NVIDIA-H100-80GB");
+        assert_eq!(label_value("--x--"), "x");
+        assert_eq!(label_value(&"a".repeat(80)).len(), 63);
+    }
+
+    proptest! {
+        #[test]
+        fn label_values_are_valid(text in ".{0,100}") {
+            let v = label_value(&text);
+            prop_assert!(v.len() <= 63);
+            prop_assert!(v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')));
+            if let (Some(a), Some(b)) = (v.chars().next(), v.chars().last()) {
+                prop_assert!(a.is_ascii_alphanumeric() && b.is_ascii_alphanumeric());
+            }
+        }
+    }
+}

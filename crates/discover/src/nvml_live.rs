@@ -1,0 +1,173 @@
+//! The live [`NvmlSource`]: libnvidia-ml loaded at run time through nvml-wrapper. A missing
+//! library (no driver, a container without it) means "no NVML", never a crash; every failing
+//! call becomes an entry in [`NvmlSnapshot::errors`]. Built only with the `nvml` feature.
+
+use std::sync::Arc;
+
+use crate::nvml::NvmlSource;
+
+/// The live NVML, or `None` when the library cannot be loaded or initialised.
+pub fn open() -> Option<Arc<dyn NvmlSource>> {
+    #[cfg(feature = "nvml")]
+    {
+        live::Live::open().map(|l| Arc::new(l) as Arc<dyn NvmlSource>)
+    }
+    #[cfg(not(feature = "nvml"))]
+    {
+        None
+    }
+}
+
+#[cfg(feature = "nvml")]
+mod live {
+    use nvml_wrapper::error::NvmlError;
+    use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+    use nvml_wrapper::structs::device::FieldId;
+    use nvml_wrapper::Nvml;
+
+    use crate::nvml::{NvmlDevice, NvmlLink, NvmlSnapshot, NvmlSource, RemoteType};
+
+    /// `NVML_NVLINK_MAX_LINKS`.
+    const MAX_LINKS: u32 = 18;
+    /// `NVML_FI_DEV_C2C_LINK_COUNT`.
+    const FI_C2C_LINK_COUNT: u32 = 170;
+
+    pub struct Live {
+        nvml: Nvml,
+        /// A second handle on the same library for the calls nvml-wrapper does not wrap
+        /// (`nvmlDeviceGetGpuFabricInfo`); `None` if it cannot be loaded.
+        raw: Option<fabric::RawLib>,
+    }
+
+    impl std::fmt::Debug for Live {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("LiveNvml")
+        }
+    }
+
+    impl Live {
+        pub fn open() -> Option<Live> {
+            let nvml = Nvml::init().ok()?;
+            Some(Live { nvml, raw: fabric::RawLib::open() })
+        }
+    }
+
+    fn err(call: &str, index: u32, e: NvmlError) -> String {
+        format!("{call}(device {index}): {e}")
+    }
+
+    impl NvmlSource for Live {
+        fn snapshot(&self) -> Result<NvmlSnapshot, String> {
+            let count = self.nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
+            let mut snap =
+                NvmlSnapshot { driver_version: self.nvml.sys_driver_version().ok(), ..NvmlSnapshot::default() };
+            for index in 0..count {
+                let device = match self.nvml.device_by_index(index) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        snap.errors.push(err("nvmlDeviceGetHandleByIndex", index, e));
+                        continue;
+                    }
+                };
+                let pci_bus_id = match device.pci_info() {
+                    Ok(p) => p.bus_id,
+                    Err(e) => {
+                        snap.errors.push(err("nvmlDeviceGetPciInfo", index, e));
+                        continue;
+                    }
+                };
+                let mut dev = NvmlDevice {
+                    index,
+                    pci_bus_id,
+                    name: device.name().ok(),
+                    uuid: device.uuid().ok(),
+                    serial: device.serial().ok(),
+                    memory_bytes: device.memory_info().ok().map(|m| m.total),
+                    mig_enabled: device.mig_mode().ok().map(|m| m.current == 1),
+                    ..NvmlDevice::default()
+                };
+                for link in 0..MAX_LINKS {
+                    let w = device.link_wrapper_for(link);
+                    // Links past the device's count answer InvalidArg or NotSupported.
+                    let Ok(active) = w.is_active() else { continue };
+                    let remote_pci = if active { w.remote_pci_info().ok().map(|p| p.bus_id) } else { None };
+                    dev.nvlinks.push(NvmlLink {
+                        link,
+                        active,
+                        version: w.version().ok(),
+                        remote_pci,
+                        // Decided by the plugin from the remote's PCI class, as NCCL does.
+                        remote_type: RemoteType::Unknown,
+                    });
+                }
+                if let Ok(values) = device.field_values_for(&[FieldId(FI_C2C_LINK_COUNT)]) {
+                    dev.c2c_links = values.into_iter().flatten().find_map(|s: FieldValueSample| match s.value {
+                        Ok(nvml_wrapper::enums::device::SampleValue::U32(n)) => Some(n),
+                        Ok(nvml_wrapper::enums::device::SampleValue::U64(n)) => u32::try_from(n).ok(),
+                        _ => None,
+                    });
+                    if dev.c2c_links == Some(0) {
+                        dev.c2c_links = None;
+                    }
+                }
+                if let Some(raw) = &self.raw {
+                    match raw.fabric(&device) {
+                        Ok(f) => dev.fabric = f,
+                        Err(e) => snap.errors.push(format!("nvmlDeviceGetGpuFabricInfo(device {index}): {e}")),
+                    }
+                }
+                snap.devices.push(dev);
+            }
+            Ok(snap)
+        }
+    }
+
+    /// The one unwrapped call, on a second handle of the same (already loaded) library.
+    #[allow(unsafe_code)]
+    mod fabric {
+        use nvml_wrapper::Device;
+        use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfo_t, NvmlLib};
+
+        use crate::nvml::NvmlFabric;
+
+        /// `NVML_SUCCESS`, `NVML_ERROR_NOT_SUPPORTED`.
+        const SUCCESS: u32 = 0;
+        const NOT_SUPPORTED: u32 = 3;
+
+        pub struct RawLib(NvmlLib);
+
+        impl RawLib {
+            pub fn open() -> Option<RawLib> {
+                // SAFETY: loading libnvidia-ml runs its initialisers, which nvml-wrapper has already
+                // done for the same library in this process (Nvml::init succeeded first).
+                let lib = unsafe { NvmlLib::new("libnvidia-ml.so.1") }.ok()?;
+                // Drivers older than R535 lack the symbol: then there is no fabric to read.
+                lib.nvmlDeviceGetGpuFabricInfo.is_ok().then_some(RawLib(lib))
+            }
+
+            pub fn fabric(&self, device: &Device) -> Result<Option<NvmlFabric>, String> {
+                let mut info = nvmlGpuFabricInfo_t { clusterUuid: [0; 16], status: 0, cliqueId: 0, state: 0 };
+                // SAFETY: the handle comes from a live `Device` of an initialised NVML; the symbol was
+                // checked present in `open`; `info` is a properly sized, writable struct.
+                let ret = unsafe { self.0.nvmlDeviceGetGpuFabricInfo(device.handle(), &mut info) };
+                match ret {
+                    SUCCESS => {
+                        let u = info.clusterUuid;
+                        let uuid = format!(
+                            "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                            u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]
+                        );
+                        Ok(Some(NvmlFabric {
+                            cluster_uuid: uuid,
+                            clique_id: info.cliqueId,
+                            state: u32::from(info.state),
+                            status: info.status,
+                        }))
+                    }
+                    NOT_SUPPORTED => Ok(None),
+                    code => Err(format!("NVML error {code}")),
+                }
+            }
+        }
+    }
+}

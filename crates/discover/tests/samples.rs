@@ -1,0 +1,246 @@
+//! Every embedded sample: per-capture facts (device count, SKU, memory, NUMA node per device,
+//! the full path-class matrix, NIC affinity, domains) as a snapshot in
+//! `test_data/hosts/<name>/expected/summary.txt` (`UPDATE_EXPECT=1` rewrites it), hand-written
+//! assertions of the published facts each README names, and the capture round trip: capturing a
+//! sample and discovering the capture gives the same machine.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use accel_discover::fs::MemTree;
+use accel_discover::{capture, default_plugins, discover, export, samples, Host};
+use accel_model::{DomainKind, Endpoint, Machine, PathClass, PathClassifier, SkuRegistry};
+use expect_test::expect_file;
+
+/// The facts the tests pin, in one readable page.
+fn summary(m: &Machine) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "accelerators: {}", m.accelerators.len());
+    for a in &m.accelerators {
+        let line = format!(
+            "  {} #{} sku={} memory={} numa={} {}",
+            a.id,
+            a.index,
+            a.sku.as_deref().unwrap_or("-"),
+            a.memory_bytes.map_or("-".into(), |b| b.to_string()),
+            a.numa_node.map_or("-".into(), |n| n.to_string()),
+            a.partition
+                .as_ref()
+                .map_or(String::new(), |p| format!("partition {} of {} ({})", p.index, p.physical_id, p.mode)),
+        );
+        let _ = writeln!(s, "{}", line.trim_end());
+    }
+    let c = PathClassifier::new(m);
+    let _ = writeln!(s, "matrix (accelerators, then NICs):");
+    for row in c.matrix() {
+        let _ = writeln!(s, "  {}", row.iter().map(|p| format!("{p:>6}")).collect::<String>());
+    }
+    let _ = writeln!(s, "nearest NICs:");
+    for (i, a) in m.accelerators.iter().enumerate() {
+        let best =
+            (0..m.nics.len()).map(|n| c.classify(Endpoint::Accelerator(i), Endpoint::Nic(n))).min_by_key(|p| p.rank());
+        let names: Vec<&str> = (0..m.nics.len())
+            .filter(|&n| Some(c.classify(Endpoint::Accelerator(i), Endpoint::Nic(n))) == best)
+            .map(|n| m.nics[n].name.as_str())
+            .collect();
+        let _ = writeln!(s, "  {} -> {} {}", a.id, best.map_or("-".into(), |b| b.to_string()), names.join(","));
+    }
+    let _ = writeln!(s, "domains:");
+    for d in &m.domains {
+        let _ = writeln!(s, "  {:?} {} ({}) {:?}", d.kind, d.name, d.source, d.accelerators);
+    }
+    let _ = writeln!(
+        s,
+        "attributes: {:?}",
+        m.attributes.iter().filter(|(k, _)| !k.starts_with("gce.")).collect::<Vec<_>>()
+    );
+    let _ = writeln!(s, "warnings:");
+    for w in &m.warnings {
+        let _ = writeln!(s, "  {w}");
+    }
+    let _ = writeln!(s, "ray: {}", export::ray_labels(m).to_args());
+    s
+}
+
+fn machine(name: &str) -> Machine {
+    samples::machine(name).unwrap_or_else(|| panic!("sample {name}"))
+}
+
+fn class(m: &Machine, a: usize, b: usize) -> String {
+    PathClassifier::new(m).classify(Endpoint::Accelerator(a), Endpoint::Accelerator(b)).to_string()
+}
+
+fn nic_class(m: &Machine, a: usize, nic: &str) -> String {
+    let n = m.nics.iter().position(|x| x.name == nic).unwrap_or_else(|| panic!("nic {nic}"));
+    PathClassifier::new(m).classify(Endpoint::Accelerator(a), Endpoint::Nic(n)).to_string()
+}
+
+fn all_pairs(m: &Machine, want: &str) {
+    for a in 0..m.accelerators.len() {
+        for b in 0..m.accelerators.len() {
+            if a != b {
+                assert_eq!(class(m, a, b), want, "{a}-{b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn snapshots() {
+    for name in samples::names() {
+        let path = accel_testdata::hosts_dir().join(name).join("expected/summary.txt");
+        expect_file![path].assert_eq(&summary(&machine(name)));
+    }
+}
+
+#[test]
+fn every_sample_has_a_readme_naming_sources() {
+    for name in samples::names() {
+        let readme = std::fs::read_to_string(accel_testdata::hosts_dir().join(name).join("README.md")).unwrap();
+        assert!(readme.contains("https://") || readme.contains("ROCm/"), "{name}: README names no source");
+        assert!(readme.to_lowercase().contains("licen"), "{name}: README names no licence");
+    }
+}
+
+#[test]
+fn capture_round_trip() {
+    for name in samples::names() {
+        let host = samples::host(name, SkuRegistry::builtin()).unwrap();
+        let original = discover(&host, &default_plugins());
+        let (tree, warnings) = capture::capture(&host, &original);
+        assert!(warnings.is_empty(), "{name}: {warnings:?}");
+        let bundle = tree.to_bundle();
+        let replay = Host::in_memory(Arc::new(MemTree::parse_bundle(&bundle).unwrap()), SkuRegistry::builtin());
+        assert_eq!(discover(&replay, &default_plugins()), original, "{name}");
+    }
+}
+
+#[test]
+fn dgx_h100() {
+    let m = machine("dgx-h100");
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("nvidia-h100-sxm")));
+    assert!(m.accelerators.iter().all(|a| a.memory_bytes == Some(85520809984)));
+    assert_eq!(m.accelerators.iter().map(|a| a.numa_node.unwrap()).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
+    all_pairs(&m, "NV18");
+    assert_eq!(m.nics.len(), 8);
+    assert!(m.nics.iter().all(|n| n.rdma && n.speed_mbps == Some(400_000)));
+    // As in the published `nvidia-smi topo -m` (vllm-project/vllm#13855): own NIC PXB, other
+    // NICs of the socket NODE, the other socket SYS.
+    assert_eq!(nic_class(&m, 0, "mlx5_0"), "PXB");
+    assert_eq!(nic_class(&m, 1, "mlx5_3"), "PXB");
+    assert_eq!(nic_class(&m, 0, "mlx5_3"), "NODE");
+    assert_eq!(nic_class(&m, 0, "mlx5_6"), "SYS");
+    assert_eq!(nic_class(&m, 7, "mlx5_11"), "PXB");
+    assert!(m.links.iter().all(|l| l.gbps == Some(900.0)));
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+}
+
+#[test]
+fn hgx_b200_and_rtx() {
+    let m = machine("hgx-b200");
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("nvidia-b200")));
+    all_pairs(&m, "NV18");
+    assert!(m.links.iter().all(|l| l.gbps == Some(1800.0)));
+    let m = machine("rtx-pro-6000-server");
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(m.links.is_empty());
+    assert_eq!(class(&m, 0, 1), "PIX");
+    assert_eq!(class(&m, 0, 2), "NODE");
+    assert_eq!(class(&m, 0, 4), "SYS");
+    assert_eq!(nic_class(&m, 0, "mlx5_0"), "PIX");
+}
+
+#[test]
+fn gb200_tray_clique() {
+    let m = machine("gb200-nvl72-tray");
+    assert_eq!(m.accelerators.len(), 4);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("nvidia-gb200")));
+    all_pairs(&m, "NV18");
+    let cliques: Vec<_> = m.domains.iter().filter(|d| d.kind == DomainKind::NvlinkClique).collect();
+    assert_eq!(cliques.len(), 1);
+    assert_eq!(cliques[0].name, "5f6a7b8c-1d2e-4f30-9a1b-2c3d4e5f6071.32766");
+    assert_eq!(cliques[0].source, "nvml-fabric");
+    assert_eq!(cliques[0].accelerators.len(), 4);
+}
+
+#[test]
+fn amd() {
+    let m = machine("mi300x");
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("amd-mi300x")));
+    all_pairs(&m, "XGMI1");
+    assert_eq!(m.links.len(), 28);
+    assert_eq!(nic_class(&m, 0, "mlx5_0"), "PIX");
+    let m = machine("mi355x");
+    all_pairs(&m, "XGMI1");
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("amd-mi355x")));
+    // The real KFD capture: two hives of four, PCIe (SYS, no PCI tree) between them.
+    let m = machine("mi210-2hive");
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("amd-mi210")));
+    assert_eq!(m.links.len(), 12);
+    assert_eq!(class(&m, 0, 3), "XGMI1");
+    assert_eq!(class(&m, 0, 4), "SYS");
+    assert_eq!(class(&m, 4, 7), "XGMI1");
+    assert_eq!(m.accelerators[2].pci.unwrap().to_string(), "0000:43:00.0");
+    assert!(m.links.iter().all(|l| l.gbps == Some(100.0)));
+}
+
+#[test]
+fn tpu_trn2_gaudi3_mixed() {
+    let m = machine("tpu-v6e");
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("google-tpu-v6e")));
+    assert_eq!(class(&m, 0, 1), "ICI1");
+    assert_eq!(class(&m, 0, 2), "ICI1");
+    assert_eq!(class(&m, 0, 3), "NODE");
+    assert_eq!(m.links.len(), 10);
+    assert_eq!(m.attributes["tpu.worker_id"], "0");
+    assert_eq!(m.attributes["tpu.topology"], "2x4");
+    let slice = m.domains.iter().find(|d| d.kind == DomainKind::TpuSlice).unwrap();
+    assert_eq!((slice.name.as_str(), slice.source.as_str()), ("demo-v6e-8", "gce-metadata:tpu-env:NODE_ID"));
+    let zone = m.domains.iter().find(|d| d.kind == DomainKind::Zone).unwrap();
+    assert_eq!((zone.name.as_str(), zone.source.as_str()), ("us-east5-b", "gce-metadata:instance/zone"));
+
+    let m = machine("trn2");
+    assert_eq!(m.accelerators.len(), 16);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("aws-trainium2")));
+    assert_eq!(m.links.len(), 32, "4x4 torus");
+    assert_eq!(class(&m, 0, 1), "NL1");
+    assert_eq!(class(&m, 0, 12), "NL1");
+    assert_eq!(m.attributes["aws.neuron_cores"], "128");
+    assert_eq!(m.nics.len(), 16);
+    assert!(m.domains.iter().any(|d| d.kind == DomainKind::Zone && d.source.starts_with("ec2-imds")));
+
+    let m = machine("gaudi3");
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("intel-gaudi3")));
+    all_pairs(&m, "ROCE3");
+    assert_eq!(m.attributes.len(), 8, "module ids");
+
+    let m = machine("nvidia-amd-mixed");
+    let vendors: Vec<(&str, u32)> = m.accelerators.iter().map(|a| (a.vendor.as_str(), a.index)).collect();
+    assert_eq!(vendors, [("amd", 0), ("amd", 1), ("nvidia", 0), ("nvidia", 1)]);
+    assert_eq!(class(&m, 0, 1), "XGMI1");
+    assert_eq!(class(&m, 2, 3), "PIX");
+    assert_eq!(class(&m, 0, 2), "SYS");
+    let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[1].id, &m.accelerators[3].id]);
+    assert_eq!(iso.env["HIP_VISIBLE_DEVICES"], "1");
+    assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], "1");
+}
+
+#[test]
+fn path_classes_are_symmetric_everywhere() {
+    for name in samples::names() {
+        let m = machine(name);
+        let matrix = PathClassifier::new(&m).matrix();
+        for (i, row) in matrix.iter().enumerate() {
+            assert_eq!(row[i], PathClass::SelfPath);
+            for (j, c) in row.iter().enumerate() {
+                assert_eq!(*c, matrix[j][i], "{name} {i} {j}");
+            }
+        }
+    }
+}
