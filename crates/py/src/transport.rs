@@ -219,6 +219,7 @@ fn transport_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     p.set_item("idle_bytes", pool.idle_bytes)?;
     p.set_item("limit_bytes", pool.limit_bytes)?;
     out.set_item("pool", p)?;
+    out.set_item("cached_map_bytes", t.cached_map_bytes())?;
     out.set_item("owner", t.owner())?;
     out.set_item("endpoint", t.endpoint())?;
     Ok(out)

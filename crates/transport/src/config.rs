@@ -19,6 +19,8 @@ pub struct Config {
     pub advertise: Option<String>,
     /// Bound on the shared memory held by this owner (outstanding plus pooled buffers).
     pub pool_bytes: u64,
+    /// Bound on a consumer's cache of unused read-only mappings (the warm shared-memory path).
+    pub map_cache_bytes: u64,
     /// Largest frame accepted on the wire; also the streaming chunk size.
     pub max_frame: u32,
     /// Directory of the shared-memory segments.
@@ -57,6 +59,7 @@ impl Config {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
             pool_bytes: DEFAULT_POOL_BYTES,
+            map_cache_bytes: DEFAULT_POOL_BYTES,
             max_frame: DEFAULT_MAX_FRAME,
             shm_dir: PathBuf::from("/dev/shm"),
             connect_timeout: Duration::from_millis(1000),
@@ -66,7 +69,7 @@ impl Config {
     }
 
     /// Reads `ACCEL_TRANSPORT_SECRET` (required), `_BIND`, `_ADVERTISE`, `_POOL_BYTES`,
-    /// `_MAX_FRAME`, `_SHM_DIR` and `_IO_TIMEOUT_MS` through `lookup`.
+    /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR` and `_IO_TIMEOUT_MS` through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |name: &str| lookup(&format!("ACCEL_TRANSPORT_{name}")).filter(|v| !v.is_empty());
         let secret = var("SECRET").ok_or_else(|| Error::Config("ACCEL_TRANSPORT_SECRET is not set".into()))?;
@@ -77,6 +80,9 @@ impl Config {
         cfg.advertise = var("ADVERTISE");
         if let Some(v) = var("POOL_BYTES") {
             cfg.pool_bytes = parse_num(&v, "ACCEL_TRANSPORT_POOL_BYTES")?;
+        }
+        if let Some(v) = var("MAP_CACHE_BYTES") {
+            cfg.map_cache_bytes = parse_num(&v, "ACCEL_TRANSPORT_MAP_CACHE_BYTES")?;
         }
         if let Some(v) = var("MAX_FRAME") {
             cfg.max_frame = u32::try_from(parse_num(&v, "ACCEL_TRANSPORT_MAX_FRAME")?)

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::identity::{host_id, process_alive, Identity};
 use crate::metrics::Metrics;
-use crate::shm::{sweep_orphans, Arena, Mapping, PoolStats};
+use crate::shm::{sweep_orphans, Arena, MapCache, Mapping, PoolStats};
 use crate::tcp::{Client, Server};
 
 /// One process's transport endpoint.
@@ -21,6 +21,7 @@ pub struct Transport {
     config: Config,
     arena: Arc<Arena>,
     client: Client,
+    maps: MapCache,
     metrics: Metrics,
     _server: Server,
 }
@@ -42,6 +43,7 @@ impl Transport {
         Ok(Transport {
             host: host_id(),
             client: Client::new(&config),
+            maps: MapCache::new(config.map_cache_bytes),
             metrics: Metrics::default(),
             identity,
             owner,
@@ -80,6 +82,10 @@ impl Transport {
     pub fn arena(&self) -> &Arena {
         &self.arena
     }
+    /// Bytes of read-only mappings this consumer caches.
+    pub fn cached_map_bytes(&self) -> u64 {
+        self.maps.bytes()
+    }
     /// Pool usage.
     pub fn pool(&self) -> PoolStats {
         self.arena.stats()
@@ -92,7 +98,7 @@ impl Transport {
         if !alive {
             return Err(Error::OwnerGone { owner: d.owner.clone() });
         }
-        match Mapping::open(&self.config.shm_dir, &d.segment, d.len, writable)? {
+        match Mapping::open(&self.config.shm_dir, &d.segment, d.len, writable, &self.maps)? {
             Some(m) => Ok(m),
             None => Err(Error::Freed { owner: d.owner.clone(), buffer: d.buffer }),
         }
@@ -116,5 +122,6 @@ impl Transport {
     pub fn shutdown(&self) {
         self.arena.shutdown();
         self.client.clear();
+        self.maps.clear();
     }
 }

@@ -245,8 +245,104 @@ impl Drop for Arena {
 
 enum Map {
     Empty,
-    ReadOnly(MmapRaw),
+    ReadOnly(Arc<MmapRaw>),
     Private(MmapMut),
+}
+
+/// A consumer's cache of read-only mappings, keyed by inode, so that a buffer the owner
+/// recycles is mapped once and then read with its page tables already filled (the warm path;
+/// like an RDMA registration cache). Only the mapping is cached: the `LOCK_SH` that pins a
+/// buffer is taken per `Mapping` and released with it, so caching never blocks recycling.
+/// Entries whose file was unlinked and that nobody uses are dropped on the next miss; unused
+/// entries beyond `limit` bytes are dropped least recently used first.
+#[derive(Debug)]
+pub struct MapCache {
+    limit: u64,
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    tick: u64,
+    bytes: u64,
+    entries: HashMap<(u64, u64), CacheEntry>,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    map: Arc<MmapRaw>,
+    /// A lock-free descriptor of the same inode (its own open file description), to see when
+    /// the owner unlinks the file.
+    file: File,
+    used: u64,
+}
+
+impl MapCache {
+    /// A cache holding at most `limit` bytes of mappings nobody uses.
+    pub fn new(limit: u64) -> MapCache {
+        MapCache { limit, inner: Mutex::default() }
+    }
+
+    fn map(&self, file: &File, meta: &std::fs::Metadata, len: u64) -> std::io::Result<Arc<MmapRaw>> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.tick += 1;
+        let tick = g.tick;
+        let key = (meta.dev(), meta.ino());
+        if let Some(e) = g.entries.get_mut(&key) {
+            if e.map.len() as u64 >= len {
+                e.used = tick;
+                return Ok(e.map.clone());
+            }
+        }
+        let size = meta.len().max(len);
+        // Map through a fresh open file description: a mapping pins the description it was made
+        // from, and with it any flock, so mapping the locked one would pin the caller's lock.
+        let reopened = File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        let map = Arc::new(MmapOptions::new().len(size as usize).map_raw_read_only(&reopened)?);
+        if size <= self.limit {
+            if let Some(old) = g.entries.insert(key, CacheEntry { map: map.clone(), file: reopened, used: tick }) {
+                g.bytes -= old.map.len() as u64;
+            }
+            g.bytes += size;
+            // Drop what is unlinked and unused, then the least recently used beyond the limit.
+            let gone: Vec<_> = g
+                .entries
+                .iter()
+                .filter(|(_, e)| Arc::strong_count(&e.map) == 1 && e.file.metadata().map_or(true, |m| m.nlink() == 0))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in gone {
+                let e = g.entries.remove(&k).expect("listed above");
+                g.bytes -= e.map.len() as u64;
+            }
+            while g.bytes > self.limit {
+                let Some(k) = g
+                    .entries
+                    .iter()
+                    .filter(|(k, e)| **k != key && Arc::strong_count(&e.map) == 1)
+                    .min_by_key(|(_, e)| e.used)
+                    .map(|(k, _)| *k)
+                else {
+                    break;
+                };
+                let e = g.entries.remove(&k).expect("found above");
+                g.bytes -= e.map.len() as u64;
+            }
+        }
+        Ok(map)
+    }
+
+    /// Bytes of mappings held.
+    pub fn bytes(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).bytes
+    }
+
+    /// Drops every cached mapping (views in use keep theirs).
+    pub fn clear(&self) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.entries.clear();
+        g.bytes = 0;
+    }
 }
 
 /// A consumer's mapping of a published buffer, holding `LOCK_SH` while it lives.
@@ -266,7 +362,7 @@ impl Mapping {
     /// Maps `len` bytes of segment `name` in `dir`. `writable` gives a private copy-on-write
     /// mapping (the owner never sees the writes); otherwise the mapping is read-only.
     /// `Ok(None)` means the buffer is not there: freed, never published, or not on this host.
-    pub fn open(dir: &Path, name: &str, len: u64, writable: bool) -> Result<Option<Mapping>> {
+    pub fn open(dir: &Path, name: &str, len: u64, writable: bool, cache: &MapCache) -> Result<Option<Mapping>> {
         if name.contains('/') || !name.starts_with(SEGMENT_PREFIX) {
             return Err(Error::Protocol(format!("bad segment name {name:?}")));
         }
@@ -298,7 +394,7 @@ impl Mapping {
             // segment while a consumer holds LOCK_SH, so the pages stay backed.
             Map::Private(unsafe { MmapOptions::new().len(len as usize).map_copy(&file) }.map_err(io("map segment"))?)
         } else {
-            Map::ReadOnly(MmapOptions::new().len(len as usize).map_raw_read_only(&file).map_err(io("map segment"))?)
+            Map::ReadOnly(cache.map(&file, &by_fd, len).map_err(io("map segment"))?)
         };
         Ok(Some(Mapping { map, len: len as usize, _file: Some(file) }))
     }

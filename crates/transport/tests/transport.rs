@@ -249,3 +249,28 @@ fn a_reference_to_a_previous_incarnation_is_stale() {
         other => panic!("expected Stale, got {other:?}"),
     }
 }
+
+#[test]
+fn recycled_buffers_reuse_the_consumers_cached_mapping_and_unlinked_ones_leave_it() {
+    let cfg = config("cache");
+    let owner = Transport::start(cfg.clone()).unwrap();
+    let consumer = Transport::start(cfg.clone()).unwrap();
+    let a = publish(&owner, &[1u8; 100_000]);
+    drop(consumer.open_shm(&a, false).unwrap());
+    let cached = consumer.cached_map_bytes();
+    assert!(cached >= 100_000);
+    owner.free(&a).unwrap();
+    assert!(owner.pool().idle_bytes > 0, "an unmapped buffer goes back to the pool");
+    // The recycled segment is mapped from the cache and shows the new contents.
+    let b = publish(&owner, &[2u8; 100_000]);
+    assert_eq!(owner.pool().idle_bytes, 0);
+    assert!(consumer.open_shm(&b, false).unwrap().bytes().iter().all(|x| *x == 2));
+    assert_eq!(consumer.cached_map_bytes(), cached);
+    assert!(matches!(consumer.open_shm(&a, false), Err(Error::Freed { .. })));
+    // Once the owner unlinks it, the next miss drops the entry.
+    owner.free(&b).unwrap();
+    owner.arena().trim();
+    let c = publish(&owner, &[3u8; 10]);
+    drop(consumer.open_shm(&c, false).unwrap());
+    assert_eq!(consumer.cached_map_bytes(), 4096);
+}
