@@ -133,6 +133,10 @@ pub fn capture(host: &Host, machine: &Machine) -> (MemTree, Vec<Warning>) {
         let dir = p(class);
         for name in c.list(&dir) {
             let Some(target) = c.link(&dir.join(&name)) else { continue };
+            // Virtual interfaces (lo, bridges) are not NICs and refuse `speed` with EINVAL.
+            if !target.to_string_lossy().contains("/pci") {
+                continue;
+            }
             c.file(&target.join("speed"));
             c.file(&target.join("ports/1/rate"));
             if c.host.raw_link(&target.join("device")).is_some() {

@@ -2,6 +2,9 @@
 //! same tree) and accel must agree on the NUMA nodes, on the NUMA locality of every PCI function,
 //! and on the grouping of functions under host bridges and PCIe switches. Where accel
 //! deliberately differs, the difference is listed in `DELIBERATE` and documented in docs/hwloc.md.
+//! Only the real `capture.tar.*` trees take part; the `capture.bundle` samples (synthetic, or
+//! written by `accel capture`) hold just the files accel reads, which lstopo cannot use (see
+//! test_data/hosts/README.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

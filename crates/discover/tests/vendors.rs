@@ -1,0 +1,280 @@
+//! Vendor plugins on bad input: truncated files, garbage values, NVML errors, metadata servers
+//! that time out, answer 500 or garbage. Always warnings and a partial machine, never a panic or
+//! a hang. The metadata tests run real TCP servers on 127.0.0.1.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accel_discover::fs::MemTree;
+use accel_discover::nvml::{NvmlDevice, NvmlFabric, NvmlSnapshot, RecordedNvml};
+use accel_discover::{default_plugins, discover, Host, NetConfig};
+use accel_model::{DomainKind, Machine, SkuRegistry};
+use proptest::prelude::*;
+
+fn run(tree: MemTree) -> Machine {
+    discover(&Host::in_memory(Arc::new(tree), SkuRegistry::builtin()), &default_plugins())
+}
+
+fn warned(m: &Machine, part: &str) -> bool {
+    m.warnings.iter().any(|w| w.to_string().contains(part))
+}
+
+/// One PCI function at `bdf` (its own host bridge) with a uevent.
+fn pci(t: &mut MemTree, bdf: &str, id: &str, class: &str) {
+    let bus = &bdf[..7];
+    let dir = format!("/sys/devices/pci{bus}/{bdf}");
+    t.add_file(format!("{dir}/uevent"), format!("PCI_CLASS={class}\nPCI_ID={id}\n"));
+    t.add_link(format!("/sys/bus/pci/devices/{bdf}"), format!("../../..{}", &dir[4..]));
+}
+
+#[test]
+fn nvml_garbage_falls_back_to_procfs() {
+    let mut t = MemTree::new();
+    pci(&mut t, "0000:18:00.0", "10DE:2330", "30200");
+    t.add_file("/accel/nvml.json", "{\"devices\": [tru");
+    t.add_file(
+        "/proc/driver/nvidia/gpus/0000:18:00.0/information",
+        "Model: NVIDIA H100\nGPU UUID: GPU-1\nBus Location: 0000:18:00.0\n",
+    );
+    let m = run(t);
+    assert_eq!(m.accelerators.len(), 1);
+    assert_eq!(m.accelerators[0].uuid.as_deref(), Some("GPU-1"));
+    assert!(warned(&m, "recorded NVML JSON"));
+    assert!(warned(&m, "links and fabric are unknown"));
+}
+
+#[test]
+fn nvml_errors_become_warnings() {
+    let mut t = MemTree::new();
+    pci(&mut t, "0000:18:00.0", "10DE:2330", "30200");
+    let tree = Arc::new(t);
+    let fail = RecordedNvml(Err("nvmlInit: driver/library version mismatch".into()));
+    let host = Host::in_memory(tree.clone(), SkuRegistry::builtin()).with_nvml(Arc::new(fail));
+    let m = discover(&host, &default_plugins());
+    assert_eq!(m.accelerators.len(), 1);
+    assert!(warned(&m, "version mismatch"));
+    // Per-call errors, a bad bus id, a GPU NVML sees and PCI does not, a failed fabric.
+    let bad_fabric =
+        NvmlFabric { cluster_uuid: "00000000-0000-0000-0000-000000000000".into(), clique_id: 0, state: 3, status: 0 };
+    let snap = NvmlSnapshot {
+        driver_version: None,
+        devices: vec![
+            NvmlDevice {
+                index: 0,
+                pci_bus_id: "00000000:18:00.0".into(),
+                fabric: Some(bad_fabric),
+                ..Default::default()
+            },
+            NvmlDevice { index: 1, pci_bus_id: "garbage".into(), ..Default::default() },
+            NvmlDevice {
+                index: 2,
+                pci_bus_id: "00000000:99:00.0".into(),
+                name: Some("GPU X".into()),
+                ..Default::default()
+            },
+        ],
+        errors: vec!["nvmlDeviceGetSerial(device 0): Not Supported".into()],
+    };
+    let host = Host::in_memory(tree, SkuRegistry::builtin()).with_nvml(Arc::new(RecordedNvml(Ok(snap))));
+    let m = discover(&host, &default_plugins());
+    assert_eq!(m.accelerators.len(), 2);
+    assert!(warned(&m, "Not Supported"));
+    assert!(warned(&m, "unparsable PCI bus id"));
+    assert!(warned(&m, "clique ignored"));
+    assert!(m.domains.iter().all(|d| d.kind != DomainKind::NvlinkClique));
+}
+
+#[test]
+fn kfd_garbage() {
+    let mut t = MemTree::new();
+    let n = "/sys/class/kfd/kfd/topology/nodes";
+    t.add_file(format!("{n}/0/properties"), "cpu_cores_count 8\nsimd_count 0\n");
+    t.add_file(
+        format!("{n}/1/properties"),
+        "simd_count 104\ncpu_cores_count 0\ndevice_id 29711\nlocation_id 99999999\n",
+    );
+    t.add_file(
+        format!("{n}/2/properties"),
+        "simd_count 104\ndevice_id 29711\nlocation_id 17152\nunique_id -3\nhive_id banana\n",
+    );
+    t.add_file(format!("{n}/2/io_links/0/properties"), "type 11\nnode_to 77\n");
+    t.add_file(format!("{n}/2/io_links/1/properties"), "");
+    t.add_file(format!("{n}/3/properties"), "");
+    let m = run(t);
+    assert_eq!(m.accelerators.len(), 1, "{:?}", m.accelerators);
+    assert!(m.links.is_empty());
+    assert!(warned(&m, "do not form a PCI address"));
+    assert!(warned(&m, "unparsable lines skipped"));
+}
+
+#[test]
+fn neuron_and_gaudi_garbage() {
+    let mut t = MemTree::new();
+    pci(&mut t, "0000:10:00.0", "1D0F:7364", "88000");
+    pci(&mut t, "0000:11:00.0", "1D0F:7364", "88000");
+    let d = "/sys/devices/virtual/neuron_device";
+    t.add_file(format!("{d}/neuron0/connected_devices"), "1, 9");
+    t.add_file(format!("{d}/neuron0/core_count"), "eight");
+    t.add_file(format!("{d}/neuron1/connected_devices"), "\u{1}\u{2}zz");
+    pci(&mut t, "0000:20:00.0", "1DA3:1060", "120000");
+    t.add_link("/sys/class/accel/accel0", "../../devices/pci0000:20/0000:20:00.0/accel/accel0");
+    t.add_link("/sys/devices/pci0000:20/0000:20:00.0/accel/accel0/device", "../../../0000:20:00.0");
+    t.add_file("/sys/devices/pci0000:20/0000:20:00.0/device_type", "GAUDI3");
+    t.add_file("/sys/devices/pci0000:20/0000:20:00.0/module_id", "-1");
+    let m = run(t);
+    assert_eq!(m.accelerators.len(), 3);
+    assert_eq!(m.links.len(), 1);
+    assert!(warned(&m, "names device 9"));
+    assert!(warned(&m, "unparsable value \"eight\""));
+    assert!(warned(&m, "module_id"));
+}
+
+#[test]
+fn tpu_bad_environment() {
+    let mut t = MemTree::new();
+    for i in 0..4 {
+        pci(&mut t, &format!("0000:0{i}:04.0"), "1AE0:006F", "120000");
+    }
+    let mut env = std::collections::BTreeMap::new();
+    env.insert("TPU_CHIPS_PER_HOST_BOUNDS".to_owned(), "9,9,9".to_owned());
+    env.insert("TPU_WORKER_ID".to_owned(), "x;rm -rf".to_owned());
+    let host = Host::in_memory(Arc::new(t), SkuRegistry::builtin()).with_env(env);
+    let m = discover(&host, &default_plugins());
+    assert_eq!(m.accelerators.len(), 4);
+    assert_eq!(m.links.len(), 4, "bounds that do not fit fall back to 2x2");
+    let labels = accel_discover::export::ray_labels(&m).labels;
+    assert_eq!(labels["accel.io/tpu-worker-id"], "x-rm--rf");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #[test]
+    fn vendor_files_never_panic(
+        props in proptest::collection::vec(any::<u8>(), 0..200),
+        nvml in ".{0,200}",
+        neuron in ".{0,40}",
+        labels in ".{0,120}",
+        tpu in ".{0,120}",
+    ) {
+        let mut t = MemTree::new();
+        pci(&mut t, "0000:18:00.0", "10DE:2330", "30200");
+        pci(&mut t, "0000:43:00.0", "1002:740F", "38000");
+        pci(&mut t, "0000:10:00.0", "1D0F:7364", "88000");
+        pci(&mut t, "0000:05:04.0", "1AE0:006F", "120000");
+        t.add_file("/sys/class/dmi/id/sys_vendor", "Google");
+        let n = "/sys/class/kfd/kfd/topology/nodes";
+        t.add_file(format!("{n}/1/properties"), props.clone());
+        t.add_file(format!("{n}/1/io_links/0/properties"), props);
+        t.add_file("/accel/nvml.json", nvml);
+        t.add_file("/sys/devices/virtual/neuron_device/neuron0/connected_devices", neuron);
+        t.add_file("/accel/k8s/labels", labels);
+        t.add_file("/accel/gce/tpu-env", tpu);
+        let _ = run(t);
+    }
+}
+
+/// A metadata server on 127.0.0.1 that answers every connection with `reply` (or never, when
+/// `None`), for `connections` connections.
+fn server(reply: Option<&'static [u8]>, connections: usize) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(connections) {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 2048];
+            let _ = s.read(&mut buf);
+            match reply {
+                Some(r) => {
+                    let _ = s.write_all(r);
+                }
+                None => held.push(s),
+            }
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    format!("http://{addr}")
+}
+
+/// A GCE-looking machine with a TPU, discovered with the network on and both endpoints at `url`.
+fn gce(url: &str, budget: Duration) -> (Machine, Duration) {
+    let mut t = MemTree::new();
+    t.add_file("/sys/class/dmi/id/sys_vendor", "Google");
+    t.add_file("/sys/class/dmi/id/product_name", "Google Compute Engine");
+    pci(&mut t, "0000:05:04.0", "1AE0:006F", "120000");
+    let net = NetConfig { enabled: true, gce_endpoint: url.into(), imds_endpoint: url.into(), budget };
+    let host = Host::in_memory(Arc::new(t), SkuRegistry::builtin()).with_net(net);
+    let start = Instant::now();
+    let m = discover(&host, &default_plugins());
+    (m, start.elapsed())
+}
+
+#[test]
+fn metadata_good() {
+    let url = server(Some(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nprojects/42/zones/us-east5-b"), 2);
+    let (m, _) = gce(&url, Duration::from_secs(1));
+    let zone = m.domains.iter().find(|d| d.kind == DomainKind::Zone).expect("zone");
+    assert_eq!(zone.name, "us-east5-b");
+    assert_eq!(zone.source, "gce-metadata:instance/zone");
+}
+
+#[test]
+fn metadata_500_and_garbage() {
+    let url = server(Some(b"HTTP/1.1 500 Internal Server Error\r\n\r\noops"), 2);
+    let (m, _) = gce(&url, Duration::from_secs(1));
+    assert!(warned(&m, "HTTP status 500"), "{:?}", m.warnings);
+    assert!(m.domains.is_empty());
+    let url = server(Some(b"\x00\xffnot http at all"), 2);
+    let (m, _) = gce(&url, Duration::from_secs(1));
+    assert!(warned(&m, "malformed HTTP response"), "{:?}", m.warnings);
+    let url = server(Some(b"HTTP/1.0 200 OK\r\n\r\n<html>zones</html> \x01"), 2);
+    let (m, _) = gce(&url, Duration::from_secs(1));
+    assert!(m.domains.iter().all(|d| d.kind != DomainKind::Zone), "garbage zone accepted: {:?}", m.domains);
+}
+
+#[test]
+fn metadata_that_never_answers_stays_within_budget() {
+    let url = server(None, 4);
+    let (m, took) = gce(&url, Duration::from_millis(300));
+    assert!(took < Duration::from_millis(800), "took {took:?}");
+    assert!(warned(&m, "time budget spent") || warned(&m, "cannot connect"), "{:?}", m.warnings);
+}
+
+#[test]
+fn network_is_off_by_default() {
+    let url = server(Some(b"HTTP/1.0 200 OK\r\n\r\nprojects/1/zones/z"), 1);
+    let mut t = MemTree::new();
+    t.add_file("/sys/class/dmi/id/sys_vendor", "Google");
+    let host = Host::in_memory(Arc::new(t), SkuRegistry::builtin());
+    assert!(!host.net().enabled);
+    let _ = url;
+    let m = discover(&host, &default_plugins());
+    assert!(m.domains.is_empty() && m.warnings.is_empty(), "{m:?}");
+}
+
+#[test]
+fn imds_zone_and_labels_file() {
+    let url = server(Some(b"HTTP/1.0 200 OK\r\n\r\nus-west-2a"), 2);
+    let mut t = MemTree::new();
+    t.add_file("/sys/class/dmi/id/sys_vendor", "Amazon EC2");
+    let dir = std::env::temp_dir().join(format!("accel-labels-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let labels = dir.join("labels");
+    std::fs::write(&labels, "accel.io/rack=\"r7\"\ntopology.k8s.aws/network-node-layer-3=\"nn-abc\"\n").unwrap();
+    let net = NetConfig { enabled: true, imds_endpoint: url, ..Default::default() };
+    let host = Host::in_memory(Arc::new(t), SkuRegistry::builtin()).with_net(net).with_labels_file(Some(labels));
+    let m = discover(&host, &default_plugins());
+    let _ = std::fs::remove_dir_all(&dir);
+    let kinds: Vec<(DomainKind, &str, &str)> =
+        m.domains.iter().map(|d| (d.kind, d.name.as_str(), d.source.as_str())).collect();
+    assert_eq!(
+        kinds,
+        [
+            (DomainKind::Rack, "r7", "k8s-label:accel.io/rack"),
+            (DomainKind::NetworkNode, "layer-3:nn-abc", "k8s-label:topology.k8s.aws/network-node-layer-3"),
+            (DomainKind::Zone, "us-west-2a", "ec2-imds:placement/availability-zone"),
+        ]
+    );
+}
