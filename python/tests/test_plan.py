@@ -64,7 +64,9 @@ def test_node_spec_and_visibility():
     m = accel.sample("dgx-h100")
     spec = aray.node_spec(m, "n0", {"rack": "r1"})
     assert spec["num_gpus"] == 8
-    assert spec["resources"]["accel_nvidia_7"] == 1
+    assert spec["resources"]["accel_dev_nvidia_7"] == 1
+    # The names the placement code asks for are the ones discovery exports.
+    assert set(spec["resources"]) == {aray.device_resource(a["vendor"], a["index"]) for a in m["accelerators"]}
     assert spec["labels"]["accel.io/node"] == "n0" and spec["labels"]["accel.io/rack"] == "r1"
     ids = [m["accelerators"][i]["id"] for i in (6, 4)]
     assert aray.visibility_env(m, ids) == {
@@ -84,7 +86,7 @@ def test_ray_start_dry_run():
         text=True,
     ).stdout
     assert out.startswith("ray start --num-gpus=8 ")
-    assert "accel_nvidia_0" in out and "accel.io/node=n7" in out and out.rstrip().endswith("--head")
+    assert "accel_dev_nvidia_0" in out and "accel.io/node=n7" in out and out.rstrip().endswith("--head")
 
 
 def test_cli_plan_exit_status(accel_bin, tmp_path):

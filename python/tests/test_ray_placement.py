@@ -82,7 +82,7 @@ def test_cluster_view_from_ray(cluster):
 def test_four_nvlink_gpus_land_on_the_fragmented_dgx(cluster):
     # GPUs 0-2 of dgx-a are already held (through the same per-device resources).
     held = ray_placement_group(
-        [{"GPU": 3, "accel_nvidia_0": 1, "accel_nvidia_1": 1, "accel_nvidia_2": 1}],
+        [{"GPU": 3, "accel_dev_nvidia_0": 1, "accel_dev_nvidia_1": 1, "accel_dev_nvidia_2": 1}],
         bundle_label_selector=[{"accel.io/node": "dgx-a"}],
     )
     assert held.wait(timeout_seconds=60)
@@ -101,8 +101,8 @@ def test_four_nvlink_gpus_land_on_the_fragmented_dgx(cluster):
                 if a < b:
                     assert (min(ids[a], ids[b]), max(ids[a], ids[b])) in links
         # Ray's accounting agrees: dgx-a has one device left, and it is GPU3.
-        names = [f"accel_nvidia_{i}" for i in range(8)]
-        assert _free(cluster["dgx-a"], names) == ["accel_nvidia_3"]
+        names = [aray.device_resource("nvidia", i) for i in range(8)]
+        assert _free(cluster["dgx-a"], names) == ["accel_dev_nvidia_3"]
         whole = aray.placement_group({"bundles": [{"count": 8, "connectivity": "scale-up", "sku": [H100]}]})
         assert whole.node(0) == "dgx-b"
         whole.remove()

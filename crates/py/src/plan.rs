@@ -82,6 +82,17 @@ fn isolate_env(machine_json: &str, ids: Vec<String>) -> PyResult<std::collection
     Ok(isolate(&default_plugins(), &machine, &ids).env)
 }
 
+/// `ray start` labels and per-device resources of a machine (`accel_discover::export`), as
+/// `(labels, resources)`.
+#[pyfunction]
+fn ray_node(
+    machine_json: &str,
+) -> PyResult<(std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, f64>)> {
+    let machine: Machine = parse(machine_json, "machine")?;
+    let node = accel_discover::export::ray_labels(&machine);
+    Ok((node.labels, node.resources))
+}
+
 /// Names of the embedded sample machines.
 #[pyfunction]
 fn sample_names() -> Vec<&'static str> {
@@ -100,6 +111,7 @@ fn sample_machine_json(name: &str) -> PyResult<Option<String>> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlanner>()?;
     m.add_function(wrap_pyfunction!(isolate_env, m)?)?;
+    m.add_function(wrap_pyfunction!(ray_node, m)?)?;
     m.add_function(wrap_pyfunction!(sample_names, m)?)?;
     m.add_function(wrap_pyfunction!(sample_machine_json, m)?)?;
     Ok(())

@@ -3,7 +3,7 @@ per-actor options that make an actor see exactly its planned devices.
 
 The mechanism (verified in ../shared/research/ray-feasibility.md):
 
-- every node carries one custom resource per physical device (`accel_nvidia_3: 1`) besides its
+- every node carries one custom resource per physical device (`accel_dev_nvidia_3: 1`) besides its
   usual `GPU`/`TPU`/... count, and the label `accel.io/node=<name>`;
 - a planned bundle becomes a Ray placement-group bundle asking for `GPU: k` plus the k
   per-device resources, pinned to the planned node by `bundle_label_selector`;
@@ -69,8 +69,9 @@ def ray_resource(device: dict[str, Any]) -> str:
 
 
 def device_resource(vendor: str, index: int) -> str:
-    """The per-device custom resource: `accel_nvidia_3`."""
-    return "accel_" + re.sub(r"[^a-zA-Z0-9]", "_", vendor) + f"_{index}"
+    """The per-device custom resource: `accel_dev_nvidia_3` (the name `accel labels --format ray`
+    gives, from `accel_discover::export`; a test checks they agree)."""
+    return "accel_dev_" + re.sub(r"[^a-zA-Z0-9]", "_", _label_value(vendor)) + f"_{index}"
 
 
 def _label_value(text: str) -> str:
@@ -81,9 +82,12 @@ def _label_value(text: str) -> str:
 def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     """What a Ray node backed by `machine` starts with: `num_gpus`, `resources` and `labels`.
 
-    `labels` are planner labels (`{"rack": "r1"}`); they become `accel.io/rack=r1`.
+    The labels and per-device resources are discovery's (`accel labels --format ray`), plus
+    `accel.io/node=<name>` and the planner labels given (`{"rack": "r1"}` -> `accel.io/rack=r1`);
+    the resources add Ray's own device-kind counts for non-GPU kinds (`TPU`, `neuron_cores`, `HPU`).
     """
-    resources: dict[str, float] = {}
+    base_labels, base_resources = _native.ray_node(json.dumps(machine))
+    resources: dict[str, float] = dict(base_resources)
     num_gpus = 0
     for acc in machine.get("accelerators", []):
         kind = ray_resource(acc)
@@ -91,18 +95,10 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
             num_gpus += 1
         else:
             resources[kind] = resources.get(kind, 0) + 1
-        resources[device_resource(acc["vendor"], acc["index"])] = 1
-    out_labels = {NODE_LABEL: _label_value(name)}
-    vendors = sorted({a["vendor"] for a in machine.get("accelerators", [])})
-    if vendors:
-        out_labels[LABEL_PREFIX + "vendors"] = _label_value("_".join(vendors))
-    skus = sorted({a["sku"] for a in machine.get("accelerators", []) if a.get("sku")})
-    if skus:
-        out_labels[LABEL_PREFIX + "sku"] = _label_value(skus[0])
-    for domain in machine.get("domains", []):
-        out_labels.setdefault(LABEL_PREFIX + domain["kind"].replace("_", "-"), _label_value(domain["name"]))
+    out_labels = dict(base_labels)
     for key, value in (labels or {}).items():
         out_labels[LABEL_PREFIX + key.replace("_", "-")] = _label_value(value)
+    out_labels[NODE_LABEL] = _label_value(name)
     return {"num_gpus": num_gpus, "resources": resources, "labels": out_labels}
 
 
@@ -161,7 +157,7 @@ def cluster_from_ray() -> dict[str, Any]:
         labels = {
             k[len(LABEL_PREFIX) :].replace("-", "_"): v
             for k, v in (node.get("Labels") or {}).items()
-            if k.startswith(LABEL_PREFIX) and k not in (NODE_LABEL, LABEL_PREFIX + "vendors", LABEL_PREFIX + "sku")
+            if k.startswith(LABEL_PREFIX) and k != NODE_LABEL
         }
         cluster["nodes"].append({"name": name, "labels": labels, "machine": json.loads(raw)})
     return cluster
