@@ -84,7 +84,6 @@ class _State:
         self.pid = -1
         self.owner = self.host = self.endpoint = ""
         self.lock = threading.Lock()
-        self.local: dict[int, np.ndarray] = {}  # published buffer id -> the owner's array
         self.pending: dict[int, tuple[int, str]] = {}  # id(SharedBuffer) -> (buffer id, segment)
 
 
@@ -193,8 +192,8 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         buffer, segment, sb = _native.transport_alloc(arr.nbytes)
         view = np.frombuffer(sb, dtype=arr.dtype, count=arr.size).reshape(arr.shape)
         np.copyto(view, arr, casting="no")
+    del view
     _native.transport_publish(buffer)
-    st.local[buffer] = view
     return Ref(
         owner=st.owner,
         host=st.host,
@@ -227,39 +226,46 @@ def _finish(arr: np.ndarray, ref: Ref) -> Any:
     return arr
 
 
-def get(ref: Ref, *, path: str | None = None, writable: bool = False, copy: bool = False) -> Any:
+def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) -> np.ndarray:
+    if chosen == "local":
+        if ref.owner != st.owner:
+            raise TransportError("path 'local' needs the owner's own process")
+        sb = _native.transport_local(ref.buffer, False)
+    else:
+        sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable)
+    count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
+    return np.frombuffer(sb, dtype=dtype, count=count).reshape(ref.shape)
+
+
+def get(
+    ref: Ref, *, path: str | None = None, writable: bool = False, copy: bool = False, out: np.ndarray | None = None
+) -> Any:
     """The referenced array, in any process.
 
-    Same process: the owner's array (read-only view). Same host: a read-only zero-copy mapping,
+    Same process: a read-only view of the owner's buffer (writable=True: a copy). Same host: a read-only zero-copy mapping,
     or with writable=True a private copy-on-write one. Other hosts: streamed over TCP into a new
-    array. copy=True always returns a private copy. Raises OwnerGone (the owner exited),
+    array. copy=True always returns a private copy. out=array receives the bytes into a
+    caller's C-contiguous array of the same shape and dtype (and returns it): over TCP the
+    stream lands there directly. Raises OwnerGone (the owner exited),
     StaleReference (it restarted), BufferFreed, AuthError, TransportError.
     """
     chosen = _path_for(ref, path)
     st = _start()
     t0 = time.perf_counter()
+    dtype = np.dtype(ref.dtype)
+    if out is not None and (out.shape != tuple(ref.shape) or out.dtype != dtype or not out.flags.c_contiguous):
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(ref.shape)}")
     try:
-        dtype = np.dtype(ref.dtype)
-        if chosen == "local":
-            if ref.owner != st.owner:
-                raise TransportError("path 'local' needs the owner's own process")
-            arr = st.local.get(ref.buffer)
-            if arr is None:
-                raise BufferFreed(f"buffer {ref.buffer} of owner {ref.owner} was freed")
-            if copy:
-                arr = arr.copy()
-            elif not writable:
-                arr = arr.view()
-                arr.flags.writeable = False
-        elif chosen == "shm":
-            sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable and not copy)
-            count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
-            arr = np.frombuffer(sb, dtype=dtype, count=count).reshape(ref.shape)
-            if copy:
-                arr = arr.copy()
-        else:
-            arr = np.empty(ref.shape, dtype=dtype)
+        if chosen == "tcp":
+            arr = np.empty(ref.shape, dtype=dtype) if out is None else out
             _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, arr.reshape(-1).view(np.uint8))
+        elif out is not None:
+            np.copyto(out, _view(ref, chosen, st, dtype, False))
+            arr = out
+        else:
+            arr = _view(ref, chosen, st, dtype, writable and not copy)
+            if copy or (writable and chosen == "local"):  # never hand out the owner's own bytes
+                arr = arr.copy()
     except TransportError:
         _native.transport_record(chosen, 0, 0.0, False)
         raise
@@ -269,9 +275,7 @@ def get(ref: Ref, *, path: str | None = None, writable: bool = False, copy: bool
 
 def free(ref: Ref) -> bool:
     """Release the buffer (from any process). False if it was already freed or its owner is gone."""
-    st = _start()
-    if ref.owner == st.owner:
-        st.local.pop(ref.buffer, None)
+    _start()
     try:
         _native.transport_free(ref.owner, ref.endpoint, ref.buffer)
     except (BufferFreed, OwnerGone):
@@ -308,7 +312,6 @@ def trim() -> None:
 
 def _at_exit() -> None:
     if _state.pid == os.getpid():
-        _state.local.clear()
         _native.transport_shutdown()
 
 

@@ -226,3 +226,15 @@ def test_stats_and_prometheus():
     assert 'accel_transport_latency_seconds_bucket{path="tcp",le="+Inf"}' in text
     assert "accel_transport_pool_limit_bytes" in text
     T.free(ref)
+
+
+@pytest.mark.parametrize("path", ["local", "shm", "tcp"])
+def test_get_into_a_callers_buffer(path):
+    value = np.arange(50_000, dtype=np.float64).reshape(100, 500)
+    ref = T.put(value)
+    out = np.zeros_like(value)
+    assert T.get(ref, path=path, out=out) is out
+    np.testing.assert_array_equal(out, value)
+    with pytest.raises(ValueError):
+        T.get(ref, path=path, out=np.zeros(3))
+    T.free(ref)

@@ -121,6 +121,17 @@ fn transport_publish(buffer: u64) -> PyResult<()> {
     started()?.arena().publish(buffer).map_err(transport_error)
 }
 
+/// A view of this owner's own published buffer (the local path: no copy).
+#[pyfunction]
+fn transport_local(buffer: u64, writable: bool) -> PyResult<SharedBuffer> {
+    let t = started()?;
+    let (map, len) = t
+        .arena()
+        .lookup(buffer)
+        .ok_or_else(|| transport_error(accel_transport::Error::Freed { owner: t.owner().to_string(), buffer }))?;
+    Ok(SharedBuffer { ptr: map.as_mut_ptr() as usize, len: len as usize, readonly: !writable, _keep: Keep::Owner(map) })
+}
+
 fn descriptor(owner: String, endpoint: String, segment: String, buffer: u64, nbytes: u64) -> Descriptor {
     Descriptor { owner, host: String::new(), endpoint, segment, buffer, len: nbytes }
 }
@@ -217,6 +228,7 @@ fn transport_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     p.set_item("live_buffers", pool.live_buffers)?;
     p.set_item("live_bytes", pool.live_bytes)?;
     p.set_item("idle_bytes", pool.idle_bytes)?;
+    p.set_item("held_bytes", pool.held_bytes)?;
     p.set_item("limit_bytes", pool.limit_bytes)?;
     out.set_item("pool", p)?;
     out.set_item("cached_map_bytes", t.cached_map_bytes())?;
@@ -260,6 +272,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transport_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(transport_publish, m)?)?;
     m.add_function(wrap_pyfunction!(transport_free, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_local, m)?)?;
     m.add_function(wrap_pyfunction!(transport_open_shm, m)?)?;
     m.add_function(wrap_pyfunction!(transport_fetch_tcp, m)?)?;
     m.add_function(wrap_pyfunction!(transport_choose, m)?)?;

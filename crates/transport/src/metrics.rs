@@ -114,17 +114,18 @@ impl Metrics {
         if let Some(pool) = pool {
             let _ = writeln!(
                 out,
-                "# HELP accel_transport_pool_bytes Shared memory held by this owner.\n\
+                "# HELP accel_transport_pool_bytes Shared memory of this owner: live (referenced), idle (pooled), held (freed, still mapped).\n\
                  # TYPE accel_transport_pool_bytes gauge\n\
                  accel_transport_pool_bytes{{state=\"live\"}} {}\n\
                  accel_transport_pool_bytes{{state=\"idle\"}} {}\n\
+                 accel_transport_pool_bytes{{state=\"held\"}} {}\n\
                  # HELP accel_transport_pool_limit_bytes Bound on the shared memory of this owner.\n\
                  # TYPE accel_transport_pool_limit_bytes gauge\n\
                  accel_transport_pool_limit_bytes {}\n\
                  # HELP accel_transport_live_buffers Outstanding references of this owner.\n\
                  # TYPE accel_transport_live_buffers gauge\n\
                  accel_transport_live_buffers {}",
-                pool.live_bytes, pool.idle_bytes, pool.limit_bytes, pool.live_buffers
+                pool.live_bytes, pool.idle_bytes, pool.held_bytes, pool.limit_bytes, pool.live_buffers
             );
         }
         out

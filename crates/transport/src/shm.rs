@@ -61,8 +61,12 @@ struct Inner {
     next_idle: u64,
     live: HashMap<u64, Live>,
     idle: Vec<Segment>,
+    /// Freed, but still mapped by a view (the owner's own or a consumer's): renamed so no
+    /// reference opens it again, recycled once the last view is gone.
+    held: Vec<Segment>,
     live_bytes: u64,
     idle_bytes: u64,
+    held_bytes: u64,
     /// Capacity being created outside the lock, already counted against the limit.
     pending_bytes: u64,
 }
@@ -73,6 +77,7 @@ pub struct PoolStats {
     pub live_buffers: u64,
     pub live_bytes: u64,
     pub idle_bytes: u64,
+    pub held_bytes: u64,
     pub limit_bytes: u64,
 }
 
@@ -110,11 +115,28 @@ impl Arena {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Moves freed segments that nobody maps any more into the pool.
+    fn reclaim(g: &mut Inner) {
+        let mut i = 0;
+        while i < g.held.len() {
+            let seg = &g.held[i];
+            if Arc::strong_count(&seg.map) == 1 && flock(&seg.file, libc::LOCK_EX | libc::LOCK_NB) {
+                let seg = g.held.swap_remove(i);
+                g.held_bytes -= seg.capacity;
+                g.idle_bytes += seg.capacity;
+                g.idle.push(seg);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     /// Takes a buffer of `len` bytes from the pool or creates one. It stays private (consumers
     /// cannot open it) until `publish`.
     pub fn alloc(&self, len: u64) -> Result<Allocation> {
         let cap = size_class(len);
         let mut g = self.lock();
+        Self::reclaim(&mut g);
         g.next_buffer += 1;
         let buffer = g.next_buffer;
         let name = format!("{}{buffer}", self.prefix);
@@ -129,8 +151,16 @@ impl Arena {
                 g.idle_bytes -= seg.capacity;
                 let _ = std::fs::remove_file(self.dir.join(&seg.name));
             }
+            // Still short: let go of freed segments that views hold; their memory leaves the pool
+            // and lives exactly as long as those views.
+            while g.live_bytes + g.idle_bytes + g.held_bytes + g.pending_bytes + cap > self.limit && !g.held.is_empty()
+            {
+                let seg = g.held.swap_remove(0);
+                g.held_bytes -= seg.capacity;
+                let _ = std::fs::remove_file(self.dir.join(&seg.name));
+            }
             let in_use = g.live_bytes + g.pending_bytes;
-            if in_use + g.idle_bytes + cap > self.limit {
+            if in_use + g.idle_bytes + g.held_bytes + cap > self.limit {
                 return Err(Error::PoolExhausted { requested: len, in_use, limit: self.limit });
             }
             g.pending_bytes += cap;
@@ -186,23 +216,22 @@ impl Arena {
         g.live.get(&buffer).filter(|l| l.published).map(|l| (l.seg.map.clone(), l.len))
     }
 
-    /// Frees a buffer: back to the pool when nobody maps it, else unlinked.
+    /// Frees a buffer. Its name goes at once, so no reference opens it again; its memory goes
+    /// back to the pool as soon as no view maps it (now, or at a later `alloc`).
     pub fn free(&self, buffer: u64) -> Result<()> {
         let mut g = self.lock();
-        let Live { seg, published, .. } =
+        let Live { seg, .. } =
             g.live.remove(&buffer).ok_or_else(|| Error::Freed { owner: self.prefix.clone(), buffer })?;
         g.live_bytes -= seg.capacity;
-        let unshared = Arc::strong_count(&seg.map) == 1;
-        if unshared && (!published || flock(&seg.file, libc::LOCK_EX | libc::LOCK_NB)) {
-            g.next_idle += 1;
-            let idle = format!("{}idle{}", self.prefix, g.next_idle);
-            if std::fs::rename(self.dir.join(&seg.name), self.dir.join(&idle)).is_ok() {
-                g.idle_bytes += seg.capacity;
-                g.idle.push(Segment { name: idle, ..seg });
-                return Ok(());
-            }
+        g.next_idle += 1;
+        let idle = format!("{}idle{}", self.prefix, g.next_idle);
+        if std::fs::rename(self.dir.join(&seg.name), self.dir.join(&idle)).is_err() {
+            let _ = std::fs::remove_file(self.dir.join(&seg.name));
+            return Ok(());
         }
-        let _ = std::fs::remove_file(self.dir.join(&seg.name));
+        g.held_bytes += seg.capacity;
+        g.held.push(Segment { name: idle, ..seg });
+        Self::reclaim(&mut g);
         Ok(())
     }
 
@@ -213,17 +242,21 @@ impl Arena {
             live_buffers: g.live.len() as u64,
             live_bytes: g.live_bytes,
             idle_bytes: g.idle_bytes,
+            held_bytes: g.held_bytes,
             limit_bytes: self.limit,
         }
     }
 
-    /// Drops the pooled (idle) buffers.
+    /// Returns the pooled (idle) buffers to the system, and unlinks freed ones that views still
+    /// hold (their memory goes with the last view).
     pub fn trim(&self) {
         let mut g = self.lock();
-        for seg in g.idle.drain(..) {
+        let Inner { idle, held, .. } = &mut *g;
+        for seg in idle.drain(..).chain(held.drain(..)) {
             let _ = std::fs::remove_file(self.dir.join(&seg.name));
         }
         g.idle_bytes = 0;
+        g.held_bytes = 0;
     }
 
     /// Unlinks every segment of this owner (process exit). Mappings stay valid.

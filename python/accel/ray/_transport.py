@@ -90,11 +90,14 @@ class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc]
     def recv_multiple_tensors(self, obj_id, tensor_transport_metadata, communicator_metadata, target_buffers=None):
         out = []
         for i, ref in enumerate(tensor_transport_metadata.refs):
-            arr = _t.get(ref)
-            if target_buffers is not None:
-                np.copyto(target_buffers[i], arr)
-                arr = target_buffers[i]
-            out.append(arr)
+            target = None if target_buffers is None else target_buffers[i]
+            if target is not None and target.flags.c_contiguous and target.shape == tuple(ref.shape):
+                out.append(_t.get(ref, out=target))
+            elif target is not None:
+                np.copyto(target, _t.get(ref))
+                out.append(target)
+            else:
+                out.append(_t.get(ref))
         return out
 
     def send_multiple_tensors(self, tensors, tensor_transport_metadata, communicator_metadata):
