@@ -11,6 +11,7 @@ ROCm/k8s-device-plugin's testdata); without it, the committed bundle is left alo
 import argparse
 import json
 import os
+import subprocess
 import tarfile
 
 HOSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test_data", "hosts")
@@ -400,6 +401,7 @@ Licence: generated data, Apache-2.0.
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kfd-mi210", help="topo-mi210-xgmi-pcie.tar.gz (ROCm/k8s-device-plugin testdata)")
+    ap.add_argument("--kfd-mi300-cpx", help="topo-mi300-cpx.tar.gz (ROCm/k8s-device-plugin testdata)")
     args = ap.parse_args()
     hgx("dgx-h100", "DGXH100", 0x2330, "NVIDIA H100 80GB HBM3", 85520809984, 0x22A3, [5, 4, 4, 5], 4,
         README_HGX.format(name="DGX H100", facts="""
@@ -531,6 +533,29 @@ The KFD topology (`/sys/class/kfd/kfd/topology/nodes`) of a real machine with 2 
 `scripts/make_captures.py --kfd-mi210 <tarball>`. It holds no PCI tree: PCI addresses come from
 KFD `location_id`, NUMA nodes from the io_link to the CPU node.
 """)
+    if args.kfd_mi300_cpx:
+        c = Capture("", "", "mi300x-cpx")
+        c.files.clear()
+        with tarfile.open(args.kfd_mi300_cpx) as t:
+            for m in sorted(t.getmembers(), key=lambda m: m.name):
+                if m.isfile():
+                    rel = m.name.split("/", 2)[2]
+                    c.file("/sys/class/kfd/kfd/topology/" + rel, t.extractfile(m).read().decode())
+        c.write("mi300x-cpx", """
+# 8× MI300X in CPX mode (real KFD capture)
+
+The KFD topology of a real machine with 2 CPU sockets and 8 MI300X (1002:74a1) in CPX compute
+partition mode: each GPU appears as 8 KFD nodes sharing `unique_id` (one GPU shows only 7, so
+there are 63 GPU nodes, 2-64), with the
+partition number in the low bits of `location_id`; xGMI io_links inside a package have weight 13,
+between packages weight 41 and bandwidth 0. Copied verbatim from ROCm/k8s-device-plugin
+`testdata/topo-mi300-cpx.tar.gz` at commit ed7646843003e8f0b6a0630346f01bb4d1ecff2e
+(Apache-2.0, see LICENSE-Apache-2.0 beside this file); converted by
+`scripts/make_captures.py --kfd-mi300-cpx <tarball>`. Too large to embed in the binary (1.1 MB
+as a bundle), it is kept gzipped as a test-only capture (crates/discover/tests/samples.rs).
+""")
+        bundle = os.path.join(HOSTS, "mi300x-cpx", "capture.bundle")
+        subprocess.run(["gzip", "-9nf", bundle], check=True)
 
 
 if __name__ == "__main__":

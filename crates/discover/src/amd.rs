@@ -175,8 +175,9 @@ impl Vendor for Amd {
             physical_of.insert(acc.id.clone(), unique);
             report.accelerators.push(acc);
         }
-        // xGMI links between different physical GPUs (links inside one package are not xGMI hops).
-        let mut pairs: BTreeMap<(String, String), Option<u64>> = BTreeMap::new();
+        // xGMI links between different physical GPUs; between partitions of one package the
+        // io_link is the package's own fabric, reported as a C2C link (as NVLink-C2C joins dies).
+        let mut pairs: BTreeMap<(String, String), (LinkKind, Option<u64>)> = BTreeMap::new();
         for n in &gpu_nodes {
             let Some(from) = by_node.get(&n.id) else { continue };
             for l in n.io_links.iter().filter(|l| l.get("type") == Some(&IOLINK_XGMI)) {
@@ -184,21 +185,24 @@ impl Vendor for Amd {
                 else {
                     continue;
                 };
-                if to == from || (physical_of[from] != 0 && physical_of[from] == physical_of[to]) {
+                if to == from {
                     continue;
                 }
+                let same_package = physical_of[from] != 0 && physical_of[from] == physical_of[to];
+                let kind = if same_package { LinkKind::C2c } else { LinkKind::Xgmi };
                 let key = if from < to { (from.clone(), to.clone()) } else { (to.clone(), from.clone()) };
                 let bw = l.get("max_bandwidth").copied().filter(|&b| b > 0);
-                pairs.entry(key).or_insert(bw);
+                pairs.entry(key).or_insert((kind, bw));
             }
         }
         let accs: BTreeMap<&str, &Accelerator> = report.accelerators.iter().map(|a| (a.id.as_str(), a)).collect();
         let links: Vec<Link> = pairs
             .into_iter()
-            .map(|((a, b), bw)| {
+            .map(|((a, b), (kind, bw))| {
                 // KFD's bandwidth is MB/s one way; the model wants GB/s both ways.
-                let gbps = bw.map(|mbps| mbps as f64 * 2.0 / 1000.0).or_else(|| link_gbps(host, accs[a.as_str()], 1));
-                Link { a, b, kind: LinkKind::Xgmi, count: 1, gbps }
+                let sku = || if kind == LinkKind::Xgmi { link_gbps(host, accs[a.as_str()], 1) } else { None };
+                let gbps = bw.map(|mbps| mbps as f64 * 2.0 / 1000.0).or_else(sku);
+                Link { a, b, kind, count: 1, gbps }
             })
             .collect();
         report.links = links;

@@ -85,12 +85,51 @@ fn all_pairs(m: &Machine, want: &str) {
     }
 }
 
+/// Captures too large to embed in the binary, read from test_data only.
+const TEST_ONLY: &[&str] = &["mi300x-cpx"];
+
+fn test_only(name: &str) -> Machine {
+    let tree = MemTree::parse_bundle(&accel_testdata::bundle(name)).unwrap();
+    discover(&Host::in_memory(Arc::new(tree), SkuRegistry::builtin()), &default_plugins())
+}
+
 #[test]
 fn snapshots() {
     for name in samples::names() {
         let path = accel_testdata::hosts_dir().join(name).join("expected/summary.txt");
         expect_file![path].assert_eq(&summary(&machine(name)));
     }
+    for name in TEST_ONLY {
+        let path = accel_testdata::hosts_dir().join(name).join("expected/summary.txt");
+        expect_file![path].assert_eq(&summary(&test_only(name)));
+    }
+}
+
+#[test]
+fn mi300x_cpx_partitions() {
+    // The real capture: 8 MI300X in CPX mode, 8 partitions each, except one GPU whose capture
+    // lists 7 (KFD nodes 2-64: 63 partitions).
+    let m = test_only("mi300x-cpx");
+    assert_eq!(m.accelerators.len(), 63);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("amd-mi300x")));
+    let mut physical: Vec<&str> =
+        m.accelerators.iter().map(|a| a.partition.as_ref().unwrap().physical_id.as_str()).collect();
+    physical.dedup();
+    assert_eq!(physical.len(), 8);
+    assert!(m.accelerators.iter().all(|a| a.partition.as_ref().unwrap().mode == "CPX"));
+    let p = m.accelerators[3].partition.as_ref().unwrap();
+    assert_eq!((p.physical_id.as_str(), p.index), ("amd-0000:05:00.0", 3));
+    assert_eq!(m.accelerators[3].id, "amd-0000:05:00.0-p3");
+    // Partitions of one package share its fabric (C2C); every pair across packages is one xGMI hop.
+    let xgmi = m.links.iter().filter(|l| l.kind == accel_model::LinkKind::Xgmi).count();
+    assert_eq!(xgmi, 63 * 62 / 2 - (7 * 28 + 21));
+    assert_eq!(m.links.len(), 63 * 62 / 2);
+    assert_eq!(class(&m, 0, 1), "C2C1");
+    let c2c = m.links.iter().find(|l| l.kind == accel_model::LinkKind::C2c).unwrap();
+    assert_eq!(c2c.gbps, Some(1638.4));
+    assert_eq!(class(&m, 0, 8), "XGMI1");
+    let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[9].id]);
+    assert_eq!(iso.env["HIP_VISIBLE_DEVICES"], "9");
 }
 
 #[test]

@@ -70,3 +70,15 @@ fn target_dir() -> PathBuf {
     }
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target")
 }
+
+/// The bytes of a capture bundle: `capture.bundle`, or `capture.bundle.gz` unpacked with `gzip`.
+pub fn bundle(name: &str) -> Vec<u8> {
+    let dir = hosts_dir().join(name);
+    if let Ok(bytes) = std::fs::read(dir.join("capture.bundle")) {
+        return bytes;
+    }
+    let gz = dir.join("capture.bundle.gz");
+    let out = Command::new("gzip").arg("-dc").arg(&gz).output().expect("run gzip (needed to unpack captures)");
+    assert!(out.status.success(), "gzip failed on {}", gz.display());
+    out.stdout
+}
