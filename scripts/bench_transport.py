@@ -1,0 +1,518 @@
+#!/usr/bin/env python3
+"""Benchmark of the accel tensor transport; writes its section of docs/BENCHMARKS.md.
+
+    sudo .venv/bin/python scripts/bench_transport.py            # the whole run (~5-8 min)
+    .venv/bin/python scripts/bench_transport.py --no-netns      # same host only, no root needed
+    .venv/bin/python scripts/bench_transport.py --quick         # fewer sizes and iterations
+
+Same host: two Ray actors on one node. The producer makes its output array (accel: in place in
+shared memory with `accel.transport.empty`, Ray: a numpy array it keeps), stamps it, takes t0 and
+returns it (accel: `accel.transport.put(buf)`, a reference; Ray: the array, copied into the object
+store). The driver passes the result to the consumer as a task argument. "Delivered" ends when the
+consumer holds a usable array (t1, accel: after `get`); "delivered and read" ends after it has read
+every byte (t2, a uint64 sum). Cold is the first transfer of fresh actors; warm is the rest. Raw
+ceilings, measured in the same run: memcpy (numpy copyto between warm arrays) and loopback TCP
+(two processes, plain sockets). Also the ACCEL Ray tensor transport
+(`@ray.method(tensor_transport="ACCEL")`) and the latency of a 4 KiB `get`.
+
+Cross host: two network namespaces joined by a veth pair (created and removed here; needs root
+and iproute2). The owner publishes in one namespace, the consumer fetches over TCP in the other;
+against a raw TCP stream (plain sockets, same sizes, same link, receiving into a preallocated
+buffer, as `get(ref, out=buf)` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import json
+import os
+import pickle
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "BENCHMARKS.md"
+BEGIN, END = "<!-- bench:transport:begin -->", "<!-- bench:transport:end -->"
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+SIZES = [4 * KiB, 1 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
+ITERS = {4 * KiB: 200, 1 * MiB: 100, 64 * MiB: 20, 256 * MiB: 10, 1 * GiB: 6}
+NETNS_SIZES = [64 * MiB, 256 * MiB, 1 * GiB]
+NETNS_ITERS = {64 * MiB: 10, 256 * MiB: 6, 1 * GiB: 4}
+
+
+def human(n: int) -> str:
+    return f"{n // GiB} GiB" if n >= GiB else f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def checksum(a: np.ndarray) -> int:
+    flat = a.reshape(-1)
+    n8 = flat.nbytes // 8 * 8
+    return int(flat.view(np.uint8)[:n8].view(np.uint64).sum()) + int(flat.view(np.uint8)[n8:].sum())
+
+
+# ---------------------------------------------------------------- raw ceilings
+
+
+def bench_memcpy(size: int, iters: int) -> float:
+    src = np.ones(size, np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    times = []
+    for _ in range(max(3, iters)):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t)
+    return size / statistics.median(times) / 1e9
+
+
+def raw_tcp_server(host: str, size: int, iters: int, port_file: str | None = None) -> None:
+    """Sends `size` bytes per one-byte request, `iters` times."""
+    data = np.ones(size, np.uint8)
+    lst = socket.socket()
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind((host, 0))
+    lst.listen(1)
+    port = lst.getsockname()[1]
+    if port_file:
+        Path(port_file).write_text(str(port))
+    else:
+        print(port, flush=True)
+    conn, _ = lst.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    mv = memoryview(data)
+    for _ in range(iters):
+        if not conn.recv(1):
+            break
+        conn.sendall(mv)
+    conn.close()
+
+
+def raw_tcp_client(host: str, port: int, size: int, iters: int, fresh: bool) -> list[float]:
+    s = socket.create_connection((host, port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = np.empty(size, np.uint8)
+    buf[:] = 0
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        if fresh:
+            buf = np.empty(size, np.uint8)
+        mv = memoryview(buf)
+        s.sendall(b"g")
+        got = 0
+        while got < size:
+            n = s.recv_into(mv[got:], min(size - got, 4 * MiB))
+            if not n:
+                raise RuntimeError("raw TCP peer closed")
+            got += n
+        times.append(time.perf_counter() - t)
+    s.close()
+    return times
+
+
+def bench_loopback_tcp(size: int, iters: int) -> float:
+    srv = subprocess.Popen(
+        [sys.executable, __file__, "--role", "raw-server", "--host", "127.0.0.1", "--size", str(size), "--iters", str(iters + 1)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    port = int(srv.stdout.readline())
+    times = raw_tcp_client("127.0.0.1", port, size, iters + 1, fresh=False)[1:]
+    srv.wait(60)
+    return size / statistics.median(times) / 1e9
+
+
+# ---------------------------------------------------------------- same host, Ray
+
+
+def bench_same_host(sizes: list[int], iters: dict[int, int], log) -> dict:
+    import ray
+
+    import accel.ray
+    from accel import transport as T
+
+    accel.ray.register_transport()
+
+    @ray.remote(num_cpus=0)
+    class Producer:
+        def __init__(self):
+            self.arr = None
+
+        def ready(self):
+            return True
+
+        def ray_make(self, size: int, i: int):
+            t0 = time.perf_counter()
+            if self.arr is None:
+                self.arr = np.empty(size, np.uint8)
+            self.arr[0] = self.arr[-1] = i % 251
+            return self.arr, t0
+
+        def accel_make(self, size: int, i: int):
+            t0 = time.perf_counter()
+            buf = T.empty((size,), np.uint8)
+            buf[0] = buf[-1] = i % 251
+            return T.put(buf), t0
+
+        @ray.method(tensor_transport="ACCEL")
+        def rdt_make(self, size: int, i: int):
+            buf = T.empty((size,), np.uint8)
+            buf[0] = buf[-1] = i % 251
+            self.t0 = time.perf_counter()
+            return buf
+
+        def last_t0(self):
+            return self.t0
+
+        def small_ref(self):
+            buf = T.empty((4 * KiB,), np.uint8)
+            buf[:] = 1
+            return T.put(buf)
+
+    @ray.remote(num_cpus=0)
+    class Consumer:
+        def ready(self):
+            return True
+
+        def ray_take(self, payload):
+            t1 = time.perf_counter()
+            arr, t0 = payload
+            checksum(arr)
+            return t1 - t0, time.perf_counter() - t0
+
+        def accel_take(self, payload):
+            ref, t0 = payload
+            arr = T.get(ref)
+            t1 = time.perf_counter()
+            checksum(arr)
+            t2 = time.perf_counter()
+            del arr
+            T.free(ref)
+            return t1 - t0, t2 - t0
+
+        def rdt_take(self, arr):
+            t1 = time.perf_counter()
+            checksum(arr)
+            return t1, time.perf_counter()
+
+        def get_latency(self, ref, n: int):
+            out = []
+            for _ in range(n):
+                t = time.perf_counter()
+                a = T.get(ref)
+                out.append(time.perf_counter() - t)
+                del a
+            return out
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=4 * GiB)
+    results: dict = {"sizes": {}}
+    try:
+        for size in sizes:
+            row = {}
+            for system in ["accel", "ray", "rdt"]:
+                if system == "rdt" and size < 1 * MiB:
+                    continue
+                p, c = Producer.remote(), Consumer.remote()
+                ray.get([p.ready.remote(), c.ready.remote()])
+                deliv, read = [], []
+                for i in range(iters[size]):
+                    if system == "rdt":
+                        t1, t2 = ray.get(c.rdt_take.remote(p.rdt_make.remote(size, i)))
+                        t0 = ray.get(p.last_t0.remote())
+                        d, r = t1 - t0, t2 - t0
+                    else:
+                        make = p.accel_make if system == "accel" else p.ray_make
+                        take = c.accel_take if system == "accel" else c.ray_take
+                        d, r = ray.get(take.remote(make.remote(size, i)))
+                    deliv.append(d)
+                    read.append(r)
+                row[system] = {"delivered": deliv, "read": read}
+                log(f"  {system:5} {human(size):>7}: cold {deliv[0] * 1e3:.2f} ms, warm p50 {statistics.median(deliv[1:]) * 1e3:.3f} ms delivered, {statistics.median(read[1:]) * 1e3:.2f} ms read")
+                if system == "accel" and size == sizes[0]:
+                    ref = ray.get(p.small_ref.remote())
+                    lat = ray.get(c.get_latency.remote(ref, 2000))
+                    results["get_4k"] = lat
+                    log(f"  4 KiB get: p50 {statistics.median(lat) * 1e6:.1f} us, p99 {pct(lat, 0.99) * 1e6:.1f} us")
+                ray.kill(p)
+                ray.kill(c)
+                time.sleep(0.5)
+            results["sizes"][size] = row
+    finally:
+        ray.shutdown()
+    return results
+
+
+# ---------------------------------------------------------------- cross host, netns
+
+NS = ("accelbenchA", "accelbenchB")
+ADDR = ("10.77.0.1", "10.77.0.2")
+
+
+def sh(*cmd: str, check: bool = True) -> None:
+    subprocess.run(cmd, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def netns_up() -> None:
+    netns_down()
+    a, b = NS
+    sh("ip", "netns", "add", a)
+    sh("ip", "netns", "add", b)
+    sh("ip", "link", "add", "accelvA", "type", "veth", "peer", "name", "accelvB")
+    sh("ip", "link", "set", "accelvA", "netns", a)
+    sh("ip", "link", "set", "accelvB", "netns", b)
+    for ns, dev, addr in [(a, "accelvA", ADDR[0]), (b, "accelvB", ADDR[1])]:
+        sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+
+def netns_down() -> None:
+    for ns in NS:
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def in_ns(ns: str, *args: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, sys.executable, __file__, *args]
+
+
+def role_owner(sizes: list[int]) -> None:
+    from accel import transport as T
+
+    refs = {}
+    for size in sizes:
+        buf = T.empty((size,), np.uint8)
+        buf[:] = 1
+        refs[size] = T.put(buf)
+    print(base64.b64encode(pickle.dumps(refs)).decode(), flush=True)
+    sys.stdin.readline()
+
+
+def role_fetch(refs_b64: str, iters: dict[int, int]) -> None:
+    from accel import transport as T
+
+    refs = pickle.loads(base64.b64decode(refs_b64))
+    out = {}
+    for size, ref in refs.items():
+        fresh, into = [], []
+        buf = np.empty(size, np.uint8)
+        buf[:] = 0
+        for _ in range(iters[size] + 1):
+            t = time.perf_counter()
+            a = T.get(ref, path="tcp")
+            fresh.append(time.perf_counter() - t)
+            del a
+            t = time.perf_counter()
+            T.get(ref, path="tcp", out=buf)
+            into.append(time.perf_counter() - t)
+        assert int(buf.min()) == 1 and int(buf.max()) == 1
+        out[size] = {"fresh": fresh[1:], "into": into[1:]}
+    print(json.dumps(out), flush=True)
+
+
+def bench_cross_host(sizes: list[int], iters: dict[int, int], log) -> dict:
+    netns_up()
+    env = {**os.environ, "ACCEL_TRANSPORT_POOL_BYTES": "4G"}
+    env.setdefault("ACCEL_TRANSPORT_SECRET", base64.b16encode(os.urandom(16)).decode())
+    owner_env = {**env, "ACCEL_TRANSPORT_BIND": f"{ADDR[0]}:0"}  # listeners bind loopback unless told
+    results: dict = {}
+    try:
+        owner = subprocess.Popen(
+            in_ns(NS[0], "--role", "owner", "--sizes", ",".join(map(str, sizes))),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=owner_env,
+        )
+        refs = owner.stdout.readline().strip()
+        fetch = subprocess.run(
+            in_ns(NS[1], "--role", "fetch", "--refs", refs, "--iters-json", json.dumps({str(k): v for k, v in iters.items()})),
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        if fetch.returncode != 0:
+            raise RuntimeError(f"the consumer in {NS[1]} failed:\n{fetch.stderr}")
+        owner.stdin.write("\n")
+        owner.stdin.flush()
+        owner.wait(30)
+        accel = {int(k): v for k, v in json.loads(fetch.stdout.strip().splitlines()[-1]).items()}
+        for size in sizes:
+            raw = {}
+            for fresh in (False, True):
+                port_file = f"/tmp/accel-bench-port-{os.getpid()}"
+                Path(port_file).unlink(missing_ok=True)
+                srv = subprocess.Popen(
+                    in_ns(NS[0], "--role", "raw-server", "--host", ADDR[0], "--size", str(size), "--iters", str(iters[size] + 1), "--port-file", port_file),
+                    env=env,
+                )
+                while not Path(port_file).exists() or not Path(port_file).read_text():
+                    time.sleep(0.05)
+                port = int(Path(port_file).read_text())
+                cli = subprocess.run(
+                    in_ns(NS[1], "--role", "raw-client", "--host", ADDR[0], "--port", str(port), "--size", str(size), "--iters", str(iters[size] + 1), *(["--fresh"] if fresh else [])),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                srv.wait(60)
+                Path(port_file).unlink(missing_ok=True)
+                raw["fresh" if fresh else "into"] = json.loads(cli.stdout)[1:]
+            results[size] = {"accel": accel[size], "raw": raw}
+            log(
+                f"  {human(size):>7}: accel {size / statistics.median(accel[size]['into']) / 1e9:.2f} GB/s (into), "
+                f"{size / statistics.median(accel[size]['fresh']) / 1e9:.2f} GB/s (new array); raw "
+                f"{size / statistics.median(raw['into']) / 1e9:.2f} / {size / statistics.median(raw['fresh']) / 1e9:.2f} GB/s"
+            )
+    finally:
+        netns_down()
+    return results
+
+
+# ---------------------------------------------------------------- report
+
+
+def render(same: dict, ceilings: dict, cross: dict | None, cross_note: str, command: str) -> str:
+    cpu = "?"
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    lines = [
+        f"{platform.machine()} with {os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}, "
+        f"Ray 2.60.0, {datetime.date.today().isoformat()}. Times are p50 (p99) over the warm iterations; "
+        "GB/s = size / p50; cold is the first transfer of fresh actors.",
+        "",
+        "**Same host, two Ray actors** (delivered: the consumer holds the array; read: it has also read every byte):",
+        "",
+        "| size | system | cold delivered | warm delivered | warm delivered+read | read GB/s | memcpy GB/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def ms(x: float) -> str:
+        return f"{x * 1e3:.3f} ms" if x < 0.01 else f"{x * 1e3:.1f} ms"
+
+    goals = []
+    for size, row in same["sizes"].items():
+        for system in ["accel", "ray", "rdt"]:
+            if system not in row:
+                continue
+            d, r = row[system]["delivered"], row[system]["read"]
+            wd, wr = d[1:], r[1:]
+            name = {"accel": "accel `put`/`get`", "ray": "Ray object store", "rdt": "Ray + `tensor_transport=\"ACCEL\"`"}[system]
+            lines.append(
+                f"| {human(size)} | {name} | {ms(d[0])} / {ms(r[0])} read | {ms(statistics.median(wd))} ({ms(pct(wd, 0.99))}) | "
+                f"{ms(statistics.median(wr))} ({ms(pct(wr, 0.99))}) | {size / statistics.median(wr) / 1e9:.2f} | "
+                f"{ceilings['memcpy'][size]:.2f} |"
+            )
+        if "accel" in row and "ray" in row:
+            speed = statistics.median(row["ray"]["delivered"][1:]) / statistics.median(row["accel"]["delivered"][1:])
+            read_ratio = (size / statistics.median(row["accel"]["read"][1:]) / 1e9) / ceilings["memcpy"][size]
+            goals.append((size, speed, read_ratio))
+    lines += ["", "| size | accel delivered vs Ray | accel delivered+read vs memcpy |", "|---|---|---|"]
+    for size, speed, rr in goals:
+        lines.append(f"| {human(size)} | **{speed:.0f}x faster** | {rr:.2f}x |")
+    lat = same.get("get_4k")
+    if lat:
+        lines += ["", f"4 KiB `accel.transport.get` (same host, warm, 2000 calls in an actor): p50 **{statistics.median(lat) * 1e6:.1f} us**, p99 {pct(lat, 0.99) * 1e6:.1f} us."]
+    lines += ["", "Loopback TCP ceiling (plain sockets, two processes): " + ", ".join(f"{human(s)} {v:.2f} GB/s" for s, v in ceilings["tcp"].items()) + "."]
+    lines += ["", "**Cross host: two network namespaces joined by veth** (TCP; `into`: received into a preallocated array, `get(ref, out=buf)` vs a raw socket reading into a buffer; `new`: a fresh array per transfer, plain `get(ref)` vs a raw socket into `np.empty`):", ""]
+    if cross:
+        lines += ["| size | accel into | raw TCP into | ratio | accel new | raw TCP new | ratio |", "|---|---|---|---|---|---|---|"]
+        for size, r in cross.items():
+            a_i, r_i = size / statistics.median(r["accel"]["into"]) / 1e9, size / statistics.median(r["raw"]["into"]) / 1e9
+            a_f, r_f = size / statistics.median(r["accel"]["fresh"]) / 1e9, size / statistics.median(r["raw"]["fresh"]) / 1e9
+            lines.append(f"| {human(size)} | {a_i:.2f} GB/s | {r_i:.2f} GB/s | **{a_i / r_i:.2f}x** | {a_f:.2f} GB/s | {r_f:.2f} GB/s | {a_f / r_f:.2f}x |")
+    else:
+        lines.append(cross_note)
+    lines += ["", f"Reproduce: `{command}`"]
+    return "\n".join(lines)
+
+
+def write_section(text: str) -> None:
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    section = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in doc:
+        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, doc, flags=re.S)
+    else:
+        doc = doc.rstrip("\n") + "\n\n## Tensor transport\n\n" + section + "\n"
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
+    ap.add_argument("--no-netns", action="store_true", help="skip the cross-host part")
+    ap.add_argument("--no-write", action="store_true", help="print, do not touch docs/BENCHMARKS.md")
+    ap.add_argument("--role", help=argparse.SUPPRESS)
+    ap.add_argument("--host", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--iters", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", help=argparse.SUPPRESS)
+    ap.add_argument("--refs", help=argparse.SUPPRESS)
+    ap.add_argument("--iters-json", help=argparse.SUPPRESS)
+    ap.add_argument("--port-file", help=argparse.SUPPRESS)
+    ap.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.role == "raw-server":
+        return raw_tcp_server(args.host, args.size, args.iters, args.port_file)
+    if args.role == "raw-client":
+        print(json.dumps(raw_tcp_client(args.host, args.port, args.size, args.iters, args.fresh)))
+        return
+    if args.role == "owner":
+        return role_owner([int(s) for s in args.sizes.split(",")])
+    if args.role == "fetch":
+        return role_fetch(args.refs, {int(k): v for k, v in json.loads(args.iters_json).items()})
+
+    os.environ.setdefault("ACCEL_TRANSPORT_POOL_BYTES", "6G")
+    sizes = [4 * KiB, 1 * MiB, 64 * MiB] if args.quick else SIZES
+    iters = {s: max(3, ITERS[s] // 4) for s in sizes} if args.quick else ITERS
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    log("== raw ceilings")
+    ceilings = {"memcpy": {s: bench_memcpy(s, iters[s]) for s in sizes}, "tcp": {}}
+    for s in [x for x in sizes if x >= 64 * MiB] or sizes[-1:]:
+        ceilings["tcp"][s] = bench_loopback_tcp(s, min(iters[s], 5))
+    log(f"  memcpy {json.dumps({human(k): round(v, 2) for k, v in ceilings['memcpy'].items()})}; tcp {json.dumps({human(k): round(v, 2) for k, v in ceilings['tcp'].items()})}")
+    log("== same host (Ray actors)")
+    same = bench_same_host(sizes, iters, log)
+    cross, note = None, ""
+    if args.no_netns:
+        note = "Not run (`--no-netns`)."
+    elif os.geteuid() != 0 or not shutil.which("ip"):
+        note = "Not run: needs root and iproute2 (`ip netns`)."
+    else:
+        log("== cross host (netns + veth)")
+        csizes = [s for s in NETNS_SIZES if s in sizes] or [64 * MiB]
+        cross = bench_cross_host(csizes, {s: (NETNS_ITERS.get(s, 4) if not args.quick else 3) for s in csizes}, log)
+    command = "sudo .venv/bin/python scripts/bench_transport.py" + (" --quick" if args.quick else "") + (" --no-netns" if args.no_netns else "")
+    text = render(same, ceilings, cross, note, command)
+    text += f"\n\nWhole run: {time.monotonic() - started:.0f} s."
+    print(text)
+    if not args.no_write:
+        write_section(text)
+        log(f"wrote {DOC.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
