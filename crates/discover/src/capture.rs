@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use accel_model::{DomainKind, Machine, Warning};
+use accel_model::{DomainKind, Machine, PciAddr, Warning};
 
 use crate::fs::MemTree;
 use crate::nvidia::RECORDED_NVML;
@@ -69,6 +69,18 @@ impl Copier<'_> {
         self.host.resolve_link(p)
     }
 
+    /// One PCI function's directory: its attributes, its driver link, xe tile memory.
+    fn pci_dir(&mut self, dir: &Path) {
+        self.dir_files(dir, PCI_ATTRS);
+        if let Some(target) = self.host.raw_link(&dir.join("driver")) {
+            let at = self.machine_path(&dir.join("driver"));
+            self.tree.add_link(at, target);
+        }
+        for tile in self.list(dir).into_iter().filter(|t| t.starts_with("tile")) {
+            self.file(&dir.join(tile).join("physical_vram_size_bytes"));
+        }
+    }
+
     fn dir_files(&mut self, dir: &Path, names: &[&str]) {
         for n in names {
             self.file(&dir.join(n));
@@ -117,14 +129,18 @@ pub fn capture(host: &Host, machine: &Machine) -> (MemTree, Vec<Warning>) {
         let entry = bus.join(&name);
         match c.link(&entry) {
             Some(dir) => {
-                c.dir_files(&dir, PCI_ATTRS);
-                if let Some(target) = host.raw_link(&dir.join("driver")) {
-                    let at = c.machine_path(&dir.join("driver"));
-                    c.tree.add_link(at, target);
+                // Bridges on the path that /sys/bus/pci/devices does not list are still read by
+                // discovery (the tree comes from the path), so copy every BDF directory above too.
+                let mut up = dir.parent().map(Path::to_path_buf);
+                while let Some(parent) = up.filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.len() >= 12 && n.parse::<PciAddr>().is_ok())
+                }) {
+                    c.pci_dir(&parent);
+                    up = parent.parent().map(Path::to_path_buf);
                 }
-                for tile in c.list(&dir).into_iter().filter(|t| t.starts_with("tile")) {
-                    c.file(&dir.join(tile).join("physical_vram_size_bytes"));
-                }
+                c.pci_dir(&dir);
             }
             None => c.dir_files(&entry, PCI_ATTRS),
         }

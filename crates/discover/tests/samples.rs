@@ -136,7 +136,10 @@ fn mi300x_cpx_partitions() {
 fn every_sample_has_a_readme_naming_sources() {
     for name in samples::names() {
         let readme = std::fs::read_to_string(accel_testdata::hosts_dir().join(name).join("README.md")).unwrap();
-        assert!(readme.contains("https://") || readme.contains("ROCm/"), "{name}: README names no source");
+        assert!(
+            readme.contains("https://") || readme.contains(" @ ") || readme.contains("ROCm/"),
+            "{name}: README names no source"
+        );
         assert!(readme.to_lowercase().contains("licen"), "{name}: README names no licence");
     }
 }
@@ -152,6 +155,17 @@ fn capture_round_trip() {
         let replay = Host::in_memory(Arc::new(MemTree::parse_bundle(&bundle).unwrap()), SkuRegistry::builtin());
         assert_eq!(discover(&replay, &default_plugins()), original, "{name}");
     }
+}
+
+#[test]
+fn embedded_real_captures_match_their_tarballs() {
+    // The hwloc samples are `accel capture` copies of the real trees: same machine either way.
+    for name in accel_testdata::hosts() {
+        let Some(sample) = samples::machine(&name) else { continue };
+        let real = discover(&Host::new(accel_testdata::root(&name), SkuRegistry::builtin()), &default_plugins());
+        assert_eq!(sample, real, "{name}");
+    }
+    assert!(samples::names().contains(&"hwloc-2p8co2t-8ve"));
 }
 
 #[test]
