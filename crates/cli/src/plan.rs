@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use accel_model::{DomainKind, Machine};
+use accel_plan::XorShift;
 use accel_plan::{
     Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, Placement, PlanError, Planner, Request,
     Strategy,
@@ -159,18 +160,15 @@ pub fn render(p: &Placement) -> String {
     s
 }
 
-/// xorshift64*: a fixed stream, so every run plans the same requests.
-struct Rng(u64);
+/// The benchmark's generator: a fixed stream, so every run plans the same requests.
+struct Rng(XorShift);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    fn new(seed: u64) -> Rng {
+        Rng(XorShift::new(seed))
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.below(n as u64) as usize
     }
 }
 
@@ -190,7 +188,7 @@ fn bench_cluster(nodes: usize) -> Result<Cluster> {
         cluster.machines.insert((*name).to_owned(), sample_machine(name)?);
     }
     let total: usize = MIX.iter().map(|(_, w)| w).sum();
-    let mut rng = Rng(0x5eed_acce_1000_0001);
+    let mut rng = Rng::new(0x5eed_acce_1000_0001);
     for i in 0..nodes {
         let mut pick = rng.below(total);
         let name = MIX
@@ -262,7 +260,7 @@ fn first_fit(planner: &Planner, cluster: &Cluster, count: usize) -> Option<(Stri
 fn against_first_fit() -> Result<serde_json::Value> {
     let names = ["rtx-pro-6000-server", "mi210-2hive", "dgx-h100", "mi300x", "hgx-b200"];
     let machines: Vec<Machine> = names.iter().map(|n| sample_machine(n)).collect::<Result<_>>()?;
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let (mut ours_score, mut ff_score, mut ours_min, mut ff_min) = (0.0, 0.0, 0.0, 0.0);
     let (mut better_or_equal, mut cases) = (0usize, 0usize);
     let mut example = None;
@@ -330,7 +328,7 @@ pub fn bench(args: &BenchPlanArgs, out: &mut impl Write) -> Result<()> {
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     let total_devices: usize =
         cluster.nodes.iter().map(|n| cluster.machine(n).map_or(0, |m| m.accelerators.len())).sum();
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let mut live: Vec<(u64, usize)> = Vec::new();
     let mut used = 0usize;
     let mut times = Vec::with_capacity(args.requests);

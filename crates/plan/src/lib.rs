@@ -11,6 +11,7 @@ mod cluster;
 mod explain;
 mod planner;
 mod request;
+mod rng;
 pub mod score;
 mod search;
 
@@ -21,6 +22,7 @@ use serde::Serialize;
 pub use cluster::{Cluster, ClusterNode, MachineRef, MAX_DEVICES_PER_NODE};
 pub use planner::{BundlePlacement, PlacedDevice, Placement, Planner, W_PACK};
 pub use request::{Bundle, Connectivity, NicDistance, Request, Strategy};
+pub use rng::XorShift;
 pub use score::Breakdown;
 pub use search::SEARCH_BUDGET;
 

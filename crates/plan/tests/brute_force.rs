@@ -6,24 +6,25 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use accel_model::{Endpoint, Machine, PathClass, PathClassifier};
-use accel_plan::{Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, Planner, Request};
+use accel_plan::{Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, Planner, Request, XorShift};
 use support::{build, Spec};
 
-/// A small deterministic generator (xorshift64*), so the instances are the same on every run.
-struct Rng(u64);
+type Rng = XorShift;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
+/// One node per machine, `n0`, `n1`..., with the given devices already taken.
+fn cluster_of(machines: &[Machine], taken: &[BTreeSet<usize>]) -> Cluster {
+    Cluster {
+        machines: BTreeMap::new(),
+        nodes: machines
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ClusterNode {
+                name: format!("n{i}"),
+                labels: BTreeMap::new(),
+                machine: MachineRef::Inline(Box::new(m.clone())),
+                allocated: taken.get(i).into_iter().flatten().map(|&d| m.accelerators[d].id.clone()).collect(),
+            })
+            .collect(),
     }
 }
 
@@ -119,7 +120,7 @@ fn valid(m: &Machine, subset: &[usize], bundle: &Bundle) -> bool {
 
 #[test]
 fn planner_matches_brute_force_on_1000_random_instances() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let (mut feasible, mut infeasible) = (0, 0);
     for case in 0..1000 {
         let nodes = 1 + rng.below(3) as usize;
@@ -127,19 +128,7 @@ fn planner_matches_brute_force_on_1000_random_instances() {
         let machines: Vec<Machine> = specs.iter().map(build).collect();
         let taken: Vec<BTreeSet<usize>> =
             machines.iter().map(|m| (0..m.accelerators.len()).filter(|_| rng.chance(25)).collect()).collect();
-        let cluster = Cluster {
-            machines: BTreeMap::new(),
-            nodes: machines
-                .iter()
-                .enumerate()
-                .map(|(i, m)| ClusterNode {
-                    name: format!("n{i}"),
-                    labels: BTreeMap::new(),
-                    machine: MachineRef::Inline(Box::new(m.clone())),
-                    allocated: taken[i].iter().map(|&d| m.accelerators[d].id.clone()).collect(),
-                })
-                .collect(),
-        };
+        let cluster = cluster_of(&machines, &taken);
         let bundle = random_bundle(&mut rng);
         let request = Request {
             bundles: vec![bundle.clone()],
@@ -193,7 +182,7 @@ fn planner_matches_brute_force_on_1000_random_instances() {
 /// bonus) and keeps that rate from regressing. docs/BENCHMARKS.md reports it.
 #[test]
 fn greedy_multi_bundle_against_brute_force() {
-    let mut rng = Rng(0x0dd_b1ad_5eed);
+    let mut rng = Rng::new(0x0dd_b1ad_5eed);
     let (mut equal, mut feasible, mut feasible_equal, mut cases) = (0u32, 0u32, 0u32, 0u32);
     for case in 0..300 {
         let nodes = 1 + rng.below(2) as usize;
@@ -208,19 +197,7 @@ fn greedy_multi_bundle_against_brute_force() {
             })
             .collect();
         let machines: Vec<Machine> = specs.iter().map(build).collect();
-        let cluster = Cluster {
-            machines: BTreeMap::new(),
-            nodes: machines
-                .iter()
-                .enumerate()
-                .map(|(i, m)| ClusterNode {
-                    name: format!("n{i}"),
-                    labels: BTreeMap::new(),
-                    machine: MachineRef::Inline(Box::new(m.clone())),
-                    allocated: Vec::new(),
-                })
-                .collect(),
-        };
+        let cluster = cluster_of(&machines, &[]);
         let mut b0 = random_bundle(&mut rng);
         let mut b1 = random_bundle(&mut rng);
         b0.count = b0.count.min(3);
