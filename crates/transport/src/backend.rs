@@ -96,12 +96,16 @@ impl Backend for Planned {
 /// - `rdma`: UCX active messages through a runtime-loaded libucp (`sideway`/own bindgen), not
 ///   built: this machine has no RDMA device and no soft-RoCE module to test it on.
 /// - `cuda_ipc`: with the `cuda-ipc` feature, `cuIpcGetMemHandle`/`cuIpcOpenMemHandle` through a
-///   runtime-loaded libcuda; today a stub verified by `scripts/device-check-cuda-ipc.sh`.
+///   runtime-loaded libcuda (`cuda_ipc.rs`), checked by `scripts/device-check-cuda-ipc.sh`;
+///   without a GPU it reports itself unavailable.
 /// - `nccl`: send/recv through a runtime-loaded libnccl, planned.
 pub fn backends() -> Vec<Box<dyn Backend>> {
     vec![
         Box::new(Planned(Path::Rdma, "rdma")),
-        Box::new(Planned(Path::CudaIpc, if cfg!(feature = "cuda-ipc") { "cuda_ipc (stub)" } else { "cuda_ipc" })),
+        #[cfg(feature = "cuda-ipc")]
+        Box::new(crate::cuda_ipc::CudaIpc),
+        #[cfg(not(feature = "cuda-ipc"))]
+        Box::new(Planned(Path::CudaIpc, "cuda_ipc (build with the cuda-ipc feature)")),
         Box::new(Planned(Path::Nccl, "nccl")),
     ]
 }
@@ -118,6 +122,7 @@ mod tests {
         for p in Path::ALL {
             assert_eq!(Path::parse(p.name()), Some(p));
         }
-        assert!(backends().iter().all(|b| !b.available()));
+        // No RDMA or NCCL here; CUDA IPC only where a GPU is.
+        assert!(backends().iter().filter(|b| b.path() != Path::CudaIpc).all(|b| !b.available()));
     }
 }

@@ -5,6 +5,8 @@
 mod auth;
 mod backend;
 mod config;
+#[cfg(feature = "cuda-ipc")]
+pub mod cuda_ipc;
 mod error;
 pub mod frame;
 mod identity;
