@@ -1,6 +1,6 @@
 //! The live [`NvmlSource`]: libnvidia-ml loaded at run time through nvml-wrapper. A missing
 //! library (no driver, a container without it) means "no NVML", never a crash; every failing
-//! call becomes an entry in [`NvmlSnapshot::errors`]. Built only with the `nvml` feature.
+//! call becomes an entry in [`crate::nvml::NvmlSnapshot::errors`]. Built only with the `nvml` feature.
 
 use std::sync::Arc;
 

@@ -132,6 +132,22 @@ fn neuron_and_gaudi_garbage() {
 }
 
 #[test]
+fn intel_gpu_memory_per_tile_and_groq() {
+    let mut t = MemTree::new();
+    pci(&mut t, "0000:3a:00.0", "8086:0BD5", "38000");
+    let dev = "/sys/devices/pci0000:3a/0000:3a:00.0";
+    t.add_file(format!("{dev}/tile0/physical_vram_size_bytes"), "68719476736");
+    t.add_file(format!("{dev}/tile1/physical_vram_size_bytes"), "68719476736");
+    pci(&mut t, "0000:00:02.0", "8086:A780", "30000"); // integrated graphics: not an accelerator
+    pci(&mut t, "0000:61:00.0", "1DE0:0000", "120000");
+    let m = run(t);
+    let ids: Vec<(&str, &str)> = m.accelerators.iter().map(|a| (a.vendor.as_str(), a.plugin.as_str())).collect();
+    assert_eq!(ids, [("groq", "groq"), ("intel", "intel-gpu")]);
+    assert_eq!(m.accelerators[1].memory_bytes, Some(2 * 68719476736));
+    assert_eq!(m.accelerators[1].sku.as_deref(), Some("intel-max-1550"));
+}
+
+#[test]
 fn tpu_bad_environment() {
     let mut t = MemTree::new();
     for i in 0..4 {
@@ -157,6 +173,8 @@ proptest! {
         neuron in ".{0,40}",
         labels in ".{0,120}",
         tpu in ".{0,120}",
+        gaudi in ".{0,30}",
+        tile in ".{0,30}",
     ) {
         let mut t = MemTree::new();
         pci(&mut t, "0000:18:00.0", "10DE:2330", "30200");
@@ -171,6 +189,15 @@ proptest! {
         t.add_file("/sys/devices/virtual/neuron_device/neuron0/connected_devices", neuron);
         t.add_file("/accel/k8s/labels", labels);
         t.add_file("/accel/gce/tpu-env", tpu);
+        pci(&mut t, "0000:20:00.0", "1DA3:1060", "120000");
+        t.add_link("/sys/class/accel/accel0", "../../devices/pci0000:20/0000:20:00.0/accel/accel0");
+        t.add_link("/sys/devices/pci0000:20/0000:20:00.0/accel/accel0/device", "../../../0000:20:00.0");
+        t.add_file("/sys/devices/pci0000:20/0000:20:00.0/device_type", gaudi.clone());
+        t.add_file("/sys/devices/pci0000:20/0000:20:00.0/module_id", gaudi.clone());
+        t.add_file("/sys/devices/pci0000:20/0000:20:00.0/pci_addr", gaudi);
+        pci(&mut t, "0000:3a:00.0", "8086:0BD5", "38000");
+        t.add_file("/sys/devices/pci0000:3a/0000:3a:00.0/tile0/physical_vram_size_bytes", tile.clone());
+        t.add_file("/sys/devices/pci0000:3a/0000:3a:00.0/lmem_total_bytes", tile);
         let _ = run(t);
     }
 }
