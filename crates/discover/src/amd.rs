@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use accel_model::{Accelerator, Link, LinkKind, Machine, Partition, PciAddr, Warning};
 
-use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
 
 const SRC: &str = "amd";
@@ -230,11 +230,9 @@ impl Vendor for Amd {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
-        let mut isolation = Isolation::default();
-        isolation.env.insert("HIP_VISIBLE_DEVICES".into(), list.join(","));
-        isolation.env.insert("ROCR_VISIBLE_DEVICES".into(), list.join(","));
-        isolation
+        // HIP_VISIBLE_DEVICES only: with ROCR_VISIBLE_DEVICES also set, HIP would count its indices
+        // within the ROCr-visible set, not among all devices.
+        isolate_by_index(devices, &["HIP_VISIBLE_DEVICES"])
     }
 }
 

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, Link, LinkKind, Machine, PciAddr};
+use accel_model::{Accelerator, LinkKind, Machine, PciAddr};
 
-use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::plugin::{isolate_by_index, pci_accelerator, pci_functions, sku_link};
 use crate::{Host, Isolation, Report, Vendor};
 
 const SRC: &str = "gaudi";
@@ -50,14 +50,7 @@ impl Vendor for Gaudi {
             let per_peer = s.links / 7;
             for i in 0..accs.len() {
                 for j in i + 1..accs.len() {
-                    let gbps = link_gbps(host, &accs[i], per_peer);
-                    report.links.push(Link {
-                        a: accs[i].id.clone(),
-                        b: accs[j].id.clone(),
-                        kind: LinkKind::Roce,
-                        count: per_peer,
-                        gbps,
-                    });
+                    report.links.push(sku_link(host, &accs, (i, j), LinkKind::Roce, per_peer));
                 }
             }
         }
@@ -66,9 +59,6 @@ impl Vendor for Gaudi {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        let mut isolation = Isolation::default();
-        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
-        isolation.env.insert("HABANA_VISIBLE_MODULES".into(), list.join(","));
-        isolation
+        isolate_by_index(devices, &["HABANA_VISIBLE_MODULES"])
     }
 }

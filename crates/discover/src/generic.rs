@@ -77,27 +77,5 @@ fn accelerator(host: &Host, node: &PciNode, warnings: &mut Vec<Warning>) -> Opti
             ),
         });
     }
-    Some(Accelerator {
-        id: format!("{vendor_id}-{addr}"),
-        index: 0,
-        vendor: vendor_id,
-        plugin: "generic-pci".into(),
-        sku: sku.map(|s| s.id.clone()),
-        product: match (sku, node.vendor.zip(node.device)) {
-            (Some(s), _) => s.product.clone(),
-            (None, Some(_)) => format!("unknown device {vendor}:{device}"),
-            (None, None) => "unknown device (ids unreadable)".to_owned(),
-        },
-        family: sku.map(|s| s.family.clone()),
-        architecture: sku.and_then(|s| s.architecture.clone()),
-        pci: Some(addr),
-        pci_vendor: node.vendor,
-        pci_device: node.device,
-        numa_node: node.numa_node,
-        memory_bytes: sku.and_then(|s| s.memory_bytes),
-        memory_numa_node: None,
-        uuid: None,
-        serial: None,
-        partition: None,
-    })
+    Some(crate::pci_accelerator(host, node, &vendor_id, "generic-pci"))
 }

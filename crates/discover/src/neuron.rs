@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use accel_model::{Accelerator, Link, LinkKind, Machine, Warning};
+use accel_model::{Accelerator, LinkKind, Machine, Warning};
 
-use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::plugin::{pci_accelerator, pci_functions, sku_link};
 use crate::{Host, Isolation, Report, Vendor};
 
 const SRC: &str = "neuron";
@@ -94,16 +94,7 @@ impl Vendor for Neuron {
         if cores > 0 {
             report.attributes.insert("aws.neuron_cores".into(), cores.to_string());
         }
-        for (i, j) in pairs {
-            let gbps = link_gbps(host, &accs[i], 1);
-            report.links.push(Link {
-                a: accs[i].id.clone(),
-                b: accs[j].id.clone(),
-                kind: LinkKind::Neuronlink,
-                count: 1,
-                gbps,
-            });
-        }
+        report.links = pairs.into_iter().map(|p| sku_link(host, &accs, p, LinkKind::Neuronlink, 1)).collect();
         report.accelerators = accs;
         report
     }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, Machine, PciAddr, Warning};
 
 use crate::nvml::{parse_recorded, NvmlSnapshot, RemoteType};
-use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
 
 const SRC: &str = "nvidia";
@@ -57,10 +57,7 @@ impl Vendor for Nvidia {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        let mut isolation = Isolation::default();
-        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
-        isolation.env.insert("CUDA_VISIBLE_DEVICES".into(), list.join(","));
-        isolation
+        isolate_by_index(devices, &["CUDA_VISIBLE_DEVICES"])
     }
 }
 
@@ -91,25 +88,8 @@ fn apply_nvml(
         };
         let acc = gpus.entry(addr).or_insert_with(|| {
             // NVML sees a GPU the PCI tree does not (a container with a partial /sys).
-            let mut a = Accelerator {
-                id: format!("nvidia-{addr}"),
-                index: 0,
-                vendor: "nvidia".into(),
-                plugin: "nvidia".into(),
-                sku: None,
-                product: String::new(),
-                family: None,
-                architecture: None,
-                pci: Some(addr),
-                pci_vendor: None,
-                pci_device: None,
-                numa_node: None,
-                memory_bytes: None,
-                memory_numa_node: None,
-                uuid: None,
-                serial: None,
-                partition: None,
-            };
+            let node = accel_model::PciNode::new(addr.to_string(), accel_model::PciNodeKind::Endpoint, None);
+            let mut a = pci_accelerator(host, &node, "nvidia", "nvidia");
             a.product = dev.name.clone().unwrap_or_else(|| "NVIDIA GPU".into());
             a
         });

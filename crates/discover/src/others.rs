@@ -3,7 +3,7 @@
 
 use accel_model::{Accelerator, Machine};
 
-use crate::plugin::{pci_accelerator, pci_functions};
+use crate::plugin::{isolate_by_index, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
 
 const SRC: &str = "intel-gpu";
@@ -52,10 +52,7 @@ impl Vendor for IntelGpu {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        let mut isolation = Isolation::default();
-        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
-        isolation.env.insert("ZE_AFFINITY_MASK".into(), list.join(","));
-        isolation
+        isolate_by_index(devices, &["ZE_AFFINITY_MASK"])
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, Domain, Link, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
+use accel_model::{Accelerator, Domain, Link, LinkKind, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
 
 use crate::{Amd, Gaudi, GenericPci, Groq, Host, IntelGpu, Neuron, Nvidia, Platform, Tpu};
 
@@ -70,7 +70,7 @@ pub fn pci_accelerator(host: &Host, node: &PciNode, vendor: &str, plugin: &str) 
         product: match (sku, node.vendor.zip(node.device)) {
             (Some(s), _) => s.product.clone(),
             (None, Some((v, d))) => format!("unknown device {v}:{d}"),
-            (None, None) => "unknown device".to_owned(),
+            (None, None) => "unknown device (ids unreadable)".to_owned(),
         },
         family: sku.map(|s| s.family.clone()),
         architecture: sku.and_then(|s| s.architecture.clone()),
@@ -98,6 +98,18 @@ pub fn pci_functions<'m>(
             && n.address.is_some()
             && n.class.is_none_or(&class_ok)
     })
+}
+
+/// A scale-up link between `accs[i]` and `accs[j]`, with the bandwidth the first one's SKU gives
+/// `count` links.
+pub fn sku_link(host: &Host, accs: &[Accelerator], (i, j): (usize, usize), kind: LinkKind, count: u32) -> Link {
+    Link { a: accs[i].id.clone(), b: accs[j].id.clone(), kind, count, gbps: link_gbps(host, &accs[i], count) }
+}
+
+/// Isolation by the devices' indices, comma-separated, in each of `vars`.
+pub fn isolate_by_index(devices: &[&Accelerator], vars: &[&str]) -> Isolation {
+    let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+    Isolation { env: vars.iter().map(|v| ((*v).to_owned(), list.join(","))).collect() }
 }
 
 /// Bandwidth of `count` links of an accelerator's SKU, where the registry knows its scale-up.

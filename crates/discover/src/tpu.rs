@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, Machine};
+use accel_model::{Accelerator, Domain, DomainKind, LinkKind, Machine};
 
-use crate::plugin::{link_gbps, pci_accelerator, pci_functions};
+use crate::plugin::{isolate_by_index, pci_accelerator, pci_functions, sku_link};
 use crate::{Host, Isolation, Report, Vendor};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -128,24 +128,14 @@ impl Vendor for Tpu {
             .and_then(|(b, _)| parse_bounds(b))
             .filter(|b| b.iter().product::<u32>() as usize == accs.len())
             .unwrap_or_else(|| default_bounds(accs.len()));
-        for (i, j) in ici_pairs(accs.len(), bounds) {
-            let gbps = link_gbps(host, &accs[i], 1);
-            report.links.push(Link {
-                a: accs[i].id.clone(),
-                b: accs[j].id.clone(),
-                kind: LinkKind::Ici,
-                count: 1,
-                gbps,
-            });
-        }
+        report.links =
+            ici_pairs(accs.len(), bounds).into_iter().map(|p| sku_link(host, &accs, p, LinkKind::Ici, 1)).collect();
         report.accelerators = accs;
         report
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        let mut isolation = Isolation::default();
-        let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
-        isolation.env.insert("TPU_VISIBLE_CHIPS".into(), list.join(","));
+        let mut isolation = isolate_by_index(devices, &["TPU_VISIBLE_CHIPS"]);
         // Sub-host slices, as Ray sets them: one chip or two chips on one host.
         let bounds = match devices.len() {
             1 => Some("1,1,1"),
