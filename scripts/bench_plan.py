@@ -41,8 +41,10 @@ def main():
         print(f"{nodes} nodes: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms", file=sys.stderr)
     tests = run(["cargo", "test", "--release", "-q", "-p", "accel-plan", "--test", "brute_force", "--", "--nocapture"])
     text = tests.stdout + tests.stderr
-    single = "passed" if "test result: ok. 2 passed" in text else "FAILED"
-    multi = re.search(r"multi-bundle: planner equal to brute force on (\d+)/(\d+) instances; on (\d+)/(\d+) feasible", text)
+    single = "passed" if "test result: ok. 3 passed" in text else "FAILED"
+    pattern = r"multi-bundle {}: planner equal to brute force on (\d+)/(\d+) instances; on (\d+)/(\d+) feasible"
+    exact = re.search(pattern.format("exact"), text)
+    greedy = re.search(pattern.format("greedy"), text)
 
     ff = results[1000]["vs_first_fit"]
     ex = ff["example"]
@@ -72,8 +74,10 @@ Quality against brute force (`cargo test --release -p accel-plan --test brute_fo
   instances (1-3 nodes of 2-8 devices, random links, NUMA, NICs and taken devices; random
   count, connectivity, NUMA and NIC constraints), and infeasible exactly when brute force finds
   nothing (test {single});
-- two bundles (greedy, largest first): equal on {multi.group(1)}/{multi.group(2)} instances, and on
-  {multi.group(3)}/{multi.group(4)} of the feasible ones.
+- two bundles, domains of at most 8 nodes (exact search): equal on {exact.group(1)}/{exact.group(2)}
+  instances ({exact.group(3)}/{exact.group(4)} feasible ones);
+- two bundles, domains of 9-10 nodes (greedy, largest bundle first): equal on
+  {greedy.group(1)}/{greedy.group(2)} instances, and on {greedy.group(3)}/{greedy.group(4)} of the feasible ones.
 
 Against Ray's index-order first fit (the first node with enough free devices, its lowest-numbered
 free ones) on {ff['cases']} random fragmented clusters of 4 sample nodes (0-5 devices taken each),

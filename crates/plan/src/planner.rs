@@ -55,6 +55,20 @@ pub struct Placement {
     pub score: f64,
 }
 
+/// Requests with at most this many candidate domains, of at most this many nodes each, also get
+/// the exact multi-bundle search.
+pub const EXACT_MAX_NODES: usize = 8;
+/// Complete placements the exact search may score before it gives up (the greedy answer stands).
+const EXACT_BUDGET: u32 = 20_000;
+
+/// State of the exact multi-bundle search.
+struct Exact {
+    best: Option<Attempt>,
+    leaves: u32,
+    overrides: Vec<(usize, u64)>,
+    placed: Vec<(usize, usize, u64, Breakdown)>,
+}
+
 /// Nodes that are interchangeable for the planner: same labels, topology and free devices.
 type GroupKey = (usize, usize, u64);
 
@@ -318,7 +332,15 @@ impl Planner {
         let mut best: Option<Attempt> = None;
         let mut best_partial: Option<(usize, Attempt)> = None;
         for (u, unit) in units.iter().enumerate() {
-            let attempt = self.attempt(request, &keys, unit);
+            let mut attempt = self.attempt(request, &keys, unit);
+            // The exact search is for small problems: few candidate domains, few nodes in each.
+            if request.bundles.len() > 1 && units.len() <= EXACT_MAX_NODES {
+                if let Some(exact) = self.exhaustive(request, &keys, unit) {
+                    if attempt.failed_bundle.is_some() || exact.total > attempt.total {
+                        attempt = exact;
+                    }
+                }
+            }
             if attempt.failed_bundle.is_none() {
                 if best.as_ref().is_none_or(|b| attempt.total > b.total) {
                     best = Some(attempt);
@@ -355,6 +377,80 @@ impl Planner {
                     }
                 }
                 by_value.into_values().map(Unit::Groups).collect()
+            }
+        }
+    }
+
+    /// Exact search inside a small unit (at most [`EXACT_MAX_NODES`] nodes): every valid
+    /// (node, device set) for each bundle in turn, the same sequential objective as the greedy
+    /// search. `None` for a larger unit, past the budget, or when nothing fits.
+    fn exhaustive(&mut self, request: &Request, keys: &[u64], unit: &Unit) -> Option<Attempt> {
+        let nodes: Vec<usize> = match unit {
+            Unit::Node(n) => vec![*n],
+            Unit::Groups(groups) => {
+                let mut nodes = Vec::new();
+                for key in groups {
+                    nodes.extend(self.groups.get(key).into_iter().flatten().copied());
+                    if nodes.len() > EXACT_MAX_NODES {
+                        return None;
+                    }
+                }
+                nodes.sort_unstable();
+                nodes
+            }
+        };
+        let mut order: Vec<usize> = (0..request.bundles.len()).collect();
+        order.sort_by_key(|&b| std::cmp::Reverse(request.bundles[b].count));
+        let mut exact = Exact { best: None, leaves: 0, overrides: Vec::new(), placed: Vec::new() };
+        self.exact_step(request, keys, &order, &nodes, 0.0, &mut exact);
+        if exact.leaves > EXACT_BUDGET {
+            return None;
+        }
+        exact.best
+    }
+
+    fn exact_step(
+        &mut self,
+        request: &Request,
+        keys: &[u64],
+        order: &[usize],
+        nodes: &[usize],
+        total: f64,
+        ex: &mut Exact,
+    ) {
+        let Some((&b, rest)) = order.split_first() else {
+            ex.leaves += 1;
+            if ex.best.as_ref().is_none_or(|best| total > best.total) {
+                ex.best = Some(Attempt { placed: ex.placed.clone(), total, failed_bundle: None });
+            }
+            return;
+        };
+        if ex.leaves > EXACT_BUDGET {
+            return;
+        }
+        for &node in nodes {
+            let used = ex.overrides.iter().any(|(n, _)| *n == node);
+            if used && request.strategy == Strategy::Spread {
+                continue;
+            }
+            let free = ex.overrides.iter().rev().find(|(n, _)| *n == node).map_or(self.free[node], |(_, f)| *f);
+            let topo = self.nodes[node].topo;
+            let prep = self.prepared(topo, &request.bundles[b], keys[b]);
+            let Some(options) = search::all(&self.topos.list[topo], &prep, free) else {
+                ex.leaves = EXACT_BUDGET + 1;
+                return;
+            };
+            for (mask, s) in options {
+                let breakdown = score(&self.topos.list[topo], mask, free);
+                ex.overrides.push((node, free & !mask));
+                ex.placed.push((b, node, mask, breakdown));
+                let bonus = if used { W_PACK } else { 0.0 };
+                self.exact_step(request, keys, rest, nodes, total + s + bonus, ex);
+                ex.placed.pop();
+                ex.overrides.pop();
+                if ex.leaves > EXACT_BUDGET {
+                    return;
+                }
             }
         }
     }

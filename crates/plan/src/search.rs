@@ -116,9 +116,24 @@ pub(crate) fn best(topo: &Topo, prep: &Prepared, free: u64) -> Option<(u64, f64)
     if prep.count == 0 || cands.count_ones() < prep.count {
         return None;
     }
-    let mut state = Dfs { topo, prep, free, best: None, steps: 0 };
+    let mut state = Dfs { topo, prep, free, best: None, steps: 0, all: None };
     state.go(0, cands, prep.count);
     state.best
+}
+
+/// Every valid subset of `free` for the bundle with its score, in enumeration order; `None`
+/// past the search budget.
+pub(crate) fn all(topo: &Topo, prep: &Prepared, free: u64) -> Option<Vec<(u64, f64)>> {
+    let cands = prep.eligible & free;
+    if prep.count == 0 || cands.count_ones() < prep.count {
+        return Some(Vec::new());
+    }
+    let mut state = Dfs { topo, prep, free, best: None, steps: 0, all: Some(Vec::new()) };
+    state.go(0, cands, prep.count);
+    if state.steps > SEARCH_BUDGET {
+        return None;
+    }
+    state.all
 }
 
 struct Dfs<'a> {
@@ -127,6 +142,8 @@ struct Dfs<'a> {
     free: u64,
     best: Option<(u64, f64)>,
     steps: u32,
+    /// Collects every valid subset instead of the best one.
+    all: Option<Vec<(u64, f64)>>,
 }
 
 impl Dfs<'_> {
@@ -138,6 +155,10 @@ impl Dfs<'_> {
                 }
             }
             let s = score(self.topo, chosen, self.free).total;
+            if let Some(all) = self.all.as_mut() {
+                all.push((chosen, s));
+                return;
+            }
             if self.best.is_none_or(|(_, b)| s > b) {
                 self.best = Some((chosen, s));
             }
