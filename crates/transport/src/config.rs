@@ -21,7 +21,8 @@ pub struct Config {
     pub pool_bytes: u64,
     /// Bound on a consumer's cache of unused read-only mappings (the warm shared-memory path).
     pub map_cache_bytes: u64,
-    /// Largest frame accepted on the wire; also the streaming chunk size.
+    /// Largest frame a server accepts and the chunk it streams in (consumers bound data frames by
+    /// the room left in the destination instead, so ends with different settings interoperate).
     pub max_frame: u32,
     /// Directory of the shared-memory segments.
     pub shm_dir: PathBuf,

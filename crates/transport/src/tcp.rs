@@ -163,7 +163,6 @@ pub struct Client {
     secret: Vec<u8>,
     connect_timeout: Duration,
     io_timeout: Duration,
-    max_frame: u32,
     idle: Mutex<HashMap<String, Vec<TcpStream>>>,
 }
 
@@ -174,7 +173,6 @@ impl Client {
             secret: cfg.secret.clone(),
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
-            max_frame: cfg.max_frame,
             idle: Mutex::default(),
         }
     }
@@ -236,7 +234,6 @@ impl Client {
 
     /// Streams published buffer `buffer` of `owner` into `dst` (exactly its length).
     pub fn fetch(&self, endpoint: &str, owner: &str, buffer: u64, dst: &mut [u8]) -> Result<()> {
-        let max_frame = self.max_frame;
         self.with_conn(endpoint, owner, |s| {
             let mut req = buffer.to_le_bytes().to_vec();
             req.extend_from_slice(&(dst.len() as u64).to_le_bytes());
@@ -255,16 +252,17 @@ impl Client {
             }
             let mut at = 0usize;
             loop {
-                // The declared length is checked against both the frame limit and the room left
-                // in `dst` before a byte is read.
-                let (kind, len) = frame::read_header(s, max_frame)?;
+                // Data lands in `dst`, which the reference sized before any frame arrived: a
+                // declared length is checked against the room left there before a byte is read
+                // (so owners with another chunk size interoperate).
+                let (kind, len) = frame::read_header(s, u32::MAX)?;
                 match kind {
                     Kind::Data if len as usize <= dst.len() - at => {
                         s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
                         at += len as usize;
                     }
-                    Kind::Data => return Err(Error::Protocol("the owner sent more than announced".into())),
-                    Kind::End if at == dst.len() => return Ok(()),
+                    Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),
+                    Kind::End if at == dst.len() && len == 0 => return Ok(()),
                     k => return Err(Error::Protocol(format!("unexpected {k:?} frame mid-stream"))),
                 }
             }

@@ -275,3 +275,47 @@ fn recycled_buffers_reuse_the_consumers_cached_mapping_and_unlinked_ones_leave_i
     drop(consumer.open_shm(&c, false).unwrap());
     assert_eq!(consumer.cached_map_bytes(), 4096);
 }
+
+#[test]
+fn owners_and_consumers_with_different_chunk_sizes_interoperate() {
+    let mut small = config("chunks");
+    small.max_frame = 4096;
+    let owner = Transport::start(small).unwrap();
+    let consumer = Transport::start(config("chunks-c")).unwrap();
+    let data = pattern(1 << 20);
+    let d = publish(&owner, &data);
+    let mut got = vec![0u8; data.len()];
+    consumer.fetch_tcp(&d, &mut got).unwrap();
+    assert!(got == data);
+}
+
+#[test]
+fn an_owner_sending_more_than_the_reference_says_is_cut_off() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        server_handshake(&mut s, SECRET, "1-2-0000000000000004").unwrap();
+        let _req = frame::read(&mut s, MAX_CONTROL).unwrap();
+        frame::write(&mut s, Kind::Ok, &16u64.to_le_bytes()).unwrap();
+        // Declares a 1 GiB chunk for a 16-byte buffer.
+        s.write_all(&frame::header(Kind::Data, 1 << 30)).unwrap();
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    let consumer = Transport::start(config("liar")).unwrap();
+    let d = Descriptor {
+        owner: "1-2-0000000000000004".into(),
+        host: "elsewhere".into(),
+        endpoint,
+        segment: "accel-1-2-1".into(),
+        buffer: 1,
+        len: 16,
+    };
+    let mut got = vec![0u8; 16];
+    match consumer.fetch_tcp(&d, &mut got) {
+        Err(Error::FrameTooLarge { len, max }) => assert_eq!((len, max), (1 << 30, 16)),
+        other => panic!("expected FrameTooLarge, got {other:?}"),
+    }
+    drop(consumer);
+    fake.join().unwrap();
+}
