@@ -92,6 +92,7 @@ pub fn render(machine: &Machine) -> String {
     numa(machine, &mut s);
     pci_tree(machine, &mut s);
     matrix(machine, &mut s);
+    domains(machine, &mut s);
     warnings(machine, &mut s);
     s
 }
@@ -119,8 +120,34 @@ pub fn summary(machine: &Machine) -> String {
         s.push('\n');
     }
     nic_legend(machine, &labels[machine.accelerators.len()..], &mut s);
+    domains(machine, &mut s);
     warnings(machine, &mut s);
     s
+}
+
+/// Domains (with where each came from) and platform attributes, when there are any.
+fn domains(machine: &Machine, s: &mut String) {
+    if !machine.domains.is_empty() {
+        let _ = writeln!(s, "Domains ({}):", machine.domains.len());
+        for d in &machine.domains {
+            let members = if d.accelerators.is_empty() {
+                String::new()
+            } else {
+                format!(", {} accelerators", d.accelerators.len())
+            };
+            let _ = writeln!(s, "  {:<14} {}  (from {}{members})", format!("{:?}", d.kind), d.name, d.source);
+        }
+        s.push('\n');
+    }
+    // Raw metadata documents (`gce.tpu-env`) are kept for captures, not shown.
+    let shown: Vec<_> = machine.attributes.iter().filter(|(k, _)| !k.starts_with("gce.")).collect();
+    if !shown.is_empty() {
+        let _ = writeln!(s, "Platform:");
+        for (k, v) in shown {
+            let _ = writeln!(s, "  {k} = {v}");
+        }
+        s.push('\n');
+    }
 }
 
 fn describe(acc: &Accelerator) -> String {
