@@ -171,3 +171,15 @@ mod live {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// On any machine: with no driver, opening NVML is `None`, not a crash; with one, the
+    /// snapshot either works or says why.
+    #[test]
+    fn open_never_panics() {
+        if let Some(nvml) = super::open() {
+            let _ = nvml.snapshot();
+        }
+    }
+}
