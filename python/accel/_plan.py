@@ -43,11 +43,20 @@ def _call(fn, *args):
         raise _convert(e) from None
 
 
+def _is_file(text: str) -> bool:
+    if "\n" in text or text.lstrip().startswith(("{", "[")):
+        return False
+    try:
+        return pathlib.Path(text).is_file()
+    except OSError:  # a name too long to be a path
+        return False
+
+
 def _load(obj: Any) -> Any:
     """A dict as is; JSON or YAML text; or a path to a file holding either."""
     if isinstance(obj, Mapping):
         return dict(obj)
-    if isinstance(obj, os.PathLike) or (isinstance(obj, str) and "\n" not in obj and pathlib.Path(obj).is_file()):
+    if isinstance(obj, os.PathLike) or (isinstance(obj, str) and _is_file(obj)):
         obj = pathlib.Path(obj).read_text()
     if isinstance(obj, str):
         try:

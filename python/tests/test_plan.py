@@ -46,7 +46,9 @@ def test_request_forms(tmp_path):
     yaml_text = "bundles:\n  - count: 2\n    connectivity: scale-up\n    same_numa: true\n"
     json_file = tmp_path / "r.json"
     json_file.write_text('{"bundles": [{"count": 2, "connectivity": "scale-up", "same_numa": true}]}')
-    got = {str(accel.plan(cluster, r)["bundles"][0]["devices"]) for r in (yaml_text, str(json_file), json_file)}
+    long_json = json_file.read_text().replace(" ", " " * 40)  # longer than any file name
+    forms = (yaml_text, str(json_file), json_file, long_json)
+    got = {str(accel.plan(cluster, r)["bundles"][0]["devices"]) for r in forms}
     assert len(got) == 1
     with pytest.raises(accel.PlacementError, match="invalid request"):
         accel.plan(cluster, {"bundles": [{"count": 2, "connectivity": "nvlink"}]})
