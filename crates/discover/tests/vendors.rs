@@ -87,6 +87,51 @@ fn nvml_errors_become_warnings() {
 }
 
 #[test]
+fn nvlink_direct_and_unknown_remotes() {
+    use accel_discover::nvml::{NvmlLink, RemoteType};
+    let mut t = MemTree::new();
+    for bdf in ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0"] {
+        pci(&mut t, bdf, "10DE:2321", "30200");
+    }
+    pci(&mut t, "0000:05:00.0", "10DE:22A3", "68000");
+    let link = |link, remote: &str, remote_type| NvmlLink {
+        link,
+        active: true,
+        version: Some(4),
+        remote_pci: (!remote.is_empty()).then(|| remote.to_owned()),
+        remote_type,
+    };
+    // GPUs 0 and 1: four direct links, reported from both ends (live NVML says "unknown" and
+    // the plugin finds the GPU by bus id). GPU 2: two links to a class-0x0680 function, one to a
+    // hidden remote; GPU 0 also has one link to that switch.
+    let mut d0: Vec<NvmlLink> = (0..4).map(|l| link(l, "00000000:19:00.0", RemoteType::Unknown)).collect();
+    d0.push(link(4, "00000000:05:00.0", RemoteType::Unknown));
+    let d1: Vec<NvmlLink> = (0..4).map(|l| link(l, "00000000:18:00.0", RemoteType::Gpu)).collect();
+    let d2 = vec![
+        link(0, "00000000:05:00.0", RemoteType::Unknown),
+        link(1, "00000000:05:00.0", RemoteType::Unknown),
+        link(2, "", RemoteType::Unknown),
+    ];
+    let dev = |index, bus: &str, nvlinks| NvmlDevice { index, pci_bus_id: bus.into(), nvlinks, ..Default::default() };
+    let snap = NvmlSnapshot {
+        devices: vec![dev(0, "00000000:18:00.0", d0), dev(1, "00000000:19:00.0", d1), dev(2, "00000000:1A:00.0", d2)],
+        ..Default::default()
+    };
+    let host = Host::in_memory(Arc::new(t), SkuRegistry::builtin()).with_nvml(Arc::new(RecordedNvml(Ok(snap))));
+    let m = discover(&host, &default_plugins());
+    let links: Vec<(&str, &str, &str, u32)> =
+        m.links.iter().map(|l| (l.a.as_str(), l.b.as_str(), l.kind.as_str(), l.count)).collect();
+    assert_eq!(
+        links,
+        [
+            ("nvidia-0000:18:00.0", "nvidia-0000:19:00.0", "nvlink", 4),
+            ("nvidia-0000:18:00.0", "nvidia-0000:1a:00.0", "nvswitch", 1),
+        ]
+    );
+    assert_eq!(m.links[0].gbps, Some(200.0), "H100 NVL: 600 GB/s over 12 links");
+}
+
+#[test]
 fn kfd_garbage() {
     let mut t = MemTree::new();
     let n = "/sys/class/kfd/kfd/topology/nodes";
