@@ -189,7 +189,9 @@ pub fn ray_labels(machine: &Machine) -> RayNode {
 }
 
 /// Kubernetes node labels: NFD's PCI labels and GPU Feature Discovery's `nvidia.com/gpu.*` names
-/// where they exist, the AMD and GKE TPU equivalents, and the `accel.io/` labels for the rest.
+/// where they exist, the AMD node labeller's `amd.com/gpu.*` and GKE's TPU labels, and the
+/// `accel.io/` labels for the rest. Values follow those tools' formats but come from accel's own
+/// data (the product name is the registry's, not NVML's).
 pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
     let mut labels = common_labels(machine);
     for acc in &machine.accelerators {
@@ -223,12 +225,10 @@ pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
     }
     let amd: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.vendor == "amd").collect();
     if let Some(first) = amd.first() {
-        labels.insert("amd.com/gpu.count".into(), amd.len().to_string());
+        // The names ROCm's node labeller (k8s-device-plugin) publishes.
+        labels.insert("amd.com/gpu.product-name".into(), label_value(&first.product.replace(' ', "_")));
         if let Some(d) = first.pci_device {
             labels.insert("amd.com/gpu.device-id".into(), d.to_string());
-        }
-        if let Some(f) = &first.family {
-            labels.insert("amd.com/gpu.family".into(), label_value(f));
         }
     }
     if let (Some(t), Some(topo)) =
