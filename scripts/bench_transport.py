@@ -220,7 +220,7 @@ def bench_same_host(sizes: list[int], iters: dict[int, int], log) -> dict:
                 del a
             return out
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=4 * GiB)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=4 * GiB)
     results: dict = {"sizes": {}}
     try:
         for size in sizes:

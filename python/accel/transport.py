@@ -69,7 +69,7 @@ class Ref:
     buffer: int
     nbytes: int
     shape: tuple
-    dtype: str
+    dtype: Any  # numpy's dtype descriptor: a string like "<f4", or a list for structured dtypes
     kind: str = "numpy"  # "numpy", "torch" or "bytes": what get() hands back
     path: str = "auto"  # a forced path, or "auto"
 
@@ -202,7 +202,7 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         buffer=buffer,
         nbytes=int(arr.nbytes),
         shape=tuple(arr.shape),
-        dtype=arr.dtype.str,
+        dtype=np.lib.format.dtype_to_descr(arr.dtype),
         kind=kind,
         path=path or "auto",
     )
@@ -222,7 +222,7 @@ def _finish(arr: np.ndarray, ref: Ref) -> Any:
     if ref.kind == "torch":
         import torch  # the owner had torch, so the consumer is expected to
 
-        return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+        return torch.from_numpy(arr)
     return arr
 
 
@@ -252,7 +252,9 @@ def get(
     chosen = _path_for(ref, path)
     st = _start()
     t0 = time.perf_counter()
-    dtype = np.dtype(ref.dtype)
+    dtype = np.lib.format.descr_to_dtype(ref.dtype)
+    if ref.kind == "torch" and not copy:
+        writable = True  # torch has no read-only tensors: a private copy-on-write mapping instead
     if out is not None and (out.shape != tuple(ref.shape) or out.dtype != dtype or not out.flags.c_contiguous):
         raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(ref.shape)}")
     try:

@@ -83,6 +83,7 @@ def get_in_peer(ref: T.Ref, path: str, env: dict | None = None):
         np.array(3.5),
         np.zeros((0, 7), dtype=np.complex128),
         np.array([True, False, True]),
+        np.array([(1, (2.0, 3.0)), (4, (5.0, 6.0))], dtype=[("a", "<i4"), ("b", "<f8", (2,))]),  # structured
         np.ones(1 << 20, dtype=np.uint8),
     ],
 )

@@ -81,7 +81,7 @@ class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc]
 
     def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List[Any]):
         refs = [_t.put(a) for a in rdt_object]
-        meta = [(r.shape, np.dtype(r.dtype)) for r in refs]
+        meta = [(r.shape, np.lib.format.descr_to_dtype(r.dtype)) for r in refs]
         return AccelTransportMetadata(tensor_meta=meta, tensor_device="cpu", refs=refs)
 
     def get_communicator_metadata(self, src_actor, dst_actor, backend: Optional[str] = None):
