@@ -204,28 +204,41 @@ fn a_client_that_dies_mid_stream_does_not_hurt_the_server() {
     assert!(got == data);
 }
 
-#[test]
-fn an_owner_that_dies_mid_stream_fails_the_fetch_quickly() {
+/// A scripted owner on loopback: it authenticates one consumer, reads its request, announces
+/// `len` bytes and then behaves as `then` says. Returns the descriptor to ask it with.
+fn fake_owner(
+    len: u64,
+    then: impl FnOnce(&mut TcpStream) + Send + 'static,
+) -> (Descriptor, std::thread::JoinHandle<()>) {
+    let owner = "1-2-0000000000000003";
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = listener.local_addr().unwrap().to_string();
     let fake = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        server_handshake(&mut s, SECRET, "1-2-0000000000000003").unwrap();
+        server_handshake(&mut s, SECRET, owner).unwrap();
         let _req = frame::read(&mut s, MAX_CONTROL).unwrap();
-        frame::write(&mut s, Kind::Ok, &(1u64 << 20).to_le_bytes()).unwrap();
+        frame::write(&mut s, Kind::Ok, &len.to_le_bytes()).unwrap();
+        then(&mut s);
+    });
+    let d = Descriptor {
+        owner: owner.into(),
+        host: "elsewhere".into(),
+        endpoint,
+        segment: "accel-1-2-1".into(),
+        buffer: 1,
+        len,
+    };
+    (d, fake)
+}
+
+#[test]
+fn an_owner_that_dies_mid_stream_fails_the_fetch_quickly() {
+    let (d, fake) = fake_owner(1 << 20, |s| {
         s.write_all(&frame::header(Kind::Data, 1 << 20)).unwrap();
         s.write_all(&[7u8; 1000]).unwrap();
         // The owner "dies": the socket closes mid-frame.
     });
     let consumer = Transport::start(config("dies")).unwrap();
-    let d = Descriptor {
-        owner: "1-2-0000000000000003".into(),
-        host: "elsewhere".into(),
-        endpoint,
-        segment: "accel-1-2-1".into(),
-        buffer: 1,
-        len: 1 << 20,
-    };
     let started = Instant::now();
     let mut got = vec![0u8; 1 << 20];
     match consumer.fetch_tcp(&d, &mut got) {
@@ -291,26 +304,12 @@ fn owners_and_consumers_with_different_chunk_sizes_interoperate() {
 
 #[test]
 fn an_owner_sending_more_than_the_reference_says_is_cut_off() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = listener.local_addr().unwrap().to_string();
-    let fake = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        server_handshake(&mut s, SECRET, "1-2-0000000000000004").unwrap();
-        let _req = frame::read(&mut s, MAX_CONTROL).unwrap();
-        frame::write(&mut s, Kind::Ok, &16u64.to_le_bytes()).unwrap();
+    let (d, fake) = fake_owner(16, |s| {
         // Declares a 1 GiB chunk for a 16-byte buffer.
         s.write_all(&frame::header(Kind::Data, 1 << 30)).unwrap();
         let _ = s.read(&mut [0u8; 1]);
     });
     let consumer = Transport::start(config("liar")).unwrap();
-    let d = Descriptor {
-        owner: "1-2-0000000000000004".into(),
-        host: "elsewhere".into(),
-        endpoint,
-        segment: "accel-1-2-1".into(),
-        buffer: 1,
-        len: 16,
-    };
     let mut got = vec![0u8; 16];
     match consumer.fetch_tcp(&d, &mut got) {
         Err(Error::FrameTooLarge { len, max }) => assert_eq!((len, max), (1 << 30, 16)),
