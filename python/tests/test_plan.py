@@ -100,6 +100,10 @@ def test_cli_plan_exit_status(accel_bin, tmp_path):
     bad.write_text('{"bundles": [{"count": 9, "connectivity": "scale-up"}]}')
     good = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", ok, "--json"], capture_output=True, text=True)
     assert good.returncode == 0 and '"node": "dgx-h100-0"' in good.stdout
+    yaml = tmp_path / "ok.yaml"
+    yaml.write_text("bundles:\n  - count: 4\n    connectivity: scale-up\n")
+    from_yaml = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", yaml, "--json"], capture_output=True, text=True)
+    assert from_yaml.returncode == 0 and from_yaml.stdout == good.stdout
     fail = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", bad], capture_output=True, text=True)
     assert fail.returncode != 0
     assert "no node has 9 accelerators" in fail.stderr and "nearest feasible" in fail.stderr

@@ -34,7 +34,8 @@ pub struct PlanArgs {
     /// The cluster, as `accel cluster` writes it.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
-    /// The request: `{"bundles": [{"count": 4, "connectivity": "scale-up"}]}` (docs/placement.md).
+    /// The request, JSON or YAML (`.yaml`): `{"bundles": [{"count": 4, "connectivity": "scale-up"}]}`
+    /// (docs/placement.md).
     #[arg(long, value_name = "FILE")]
     pub request: PathBuf,
     /// Print the placement (or the explanation) as JSON.
@@ -107,10 +108,20 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &PathBuf, what: &str) -> Resu
     serde_json::from_str(&text).with_context(|| format!("parsing {what} {}", path.display()))
 }
 
+/// A request file: YAML when it ends in `.yaml` or `.yml`, JSON otherwise.
+fn read_request(path: &PathBuf) -> Result<Request> {
+    let yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+    if !yaml {
+        return read_json(path, "request");
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading request {}", path.display()))?;
+    serde_norway::from_str(&text).with_context(|| format!("parsing request {}", path.display()))
+}
+
 /// `accel plan`: prints the placement, or fails with the planner's explanation.
 pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
     let cluster: Cluster = read_json(&args.cluster, "cluster")?;
-    let request: Request = read_json(&args.request, "request")?;
+    let request = read_request(&args.request)?;
     let mut planner = Planner::new(&cluster)?;
     match planner.plan(&request) {
         Ok(placement) => {
