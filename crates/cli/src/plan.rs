@@ -301,7 +301,7 @@ fn against_first_fit() -> Result<serde_json::Value> {
             select: BTreeMap::new(),
         })?;
         let ids: Vec<&str> = ff_devs.iter().map(String::as_str).collect();
-        let ff = planner.score_of(&ff_node, &ids, &Bundle::new(count as u32))?;
+        let ff = planner.score_of(&ff_node, &ids)?;
         let b = &ours.bundles[0];
         cases += 1;
         ours_score += b.score.total;

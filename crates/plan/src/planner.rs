@@ -289,9 +289,9 @@ impl Planner {
         Ok(())
     }
 
-    /// The score the planner gives `devices` of `node` for `bundle`, in the node's current state
+    /// The score the planner gives `devices` of `node` (for any bundle), in the node's current state
     /// (the devices must be free). For tests and comparisons with other placers.
-    pub fn score_of(&self, node: &str, devices: &[&str], _bundle: &Bundle) -> Result<Breakdown, PlanError> {
+    pub fn score_of(&self, node: &str, devices: &[&str]) -> Result<Breakdown, PlanError> {
         let i = self.node_index(node)?;
         let mask = self.mask_of(i, devices)?;
         Ok(score(&self.topos.list[self.nodes[i].topo], mask, self.free[i]))
@@ -465,7 +465,7 @@ impl Planner {
         let mut total = 0.0;
         for &b in &order {
             let bundle = &request.bundles[b];
-            // (score with bonus, node, mask, plain score)
+            // (score with the pack bonus, node, devices)
             let mut best: Option<(f64, usize, u64)> = None;
             let consider =
                 |me: &mut Planner, node: usize, free: u64, clean: bool, best: &mut Option<(f64, usize, u64)>| {

@@ -150,7 +150,7 @@ fn planner_matches_brute_force_on_1000_random_instances() {
                     continue;
                 }
                 let ids: Vec<&str> = subset.iter().map(|&d| m.accelerators[d].id.as_str()).collect();
-                let s = planner.score_of(&format!("n{i}"), &ids, &bundle).unwrap().total;
+                let s = planner.score_of(&format!("n{i}"), &ids).unwrap().total;
                 best = Some(best.map_or(s, |b: f64| b.max(s)));
             }
         }
@@ -242,7 +242,7 @@ fn multi_bundle(min: u64, max: u64, gpus: usize, count: u32) -> (u32, u32, u32, 
             for s1 in options(m, &BTreeSet::new(), order[0]) {
                 let first_ids = ids(m, &s1);
                 let refs: Vec<&str> = first_ids.iter().map(String::as_str).collect();
-                let score1 = planner.score_of(&format!("n{i}"), &refs, order[0]).unwrap().total;
+                let score1 = planner.score_of(&format!("n{i}"), &refs).unwrap().total;
                 planner.mark_used(&format!("n{i}"), &refs).unwrap();
                 for (j, m2) in machines.iter().enumerate() {
                     if j == i && strategy == accel_plan::Strategy::Spread {
@@ -252,7 +252,7 @@ fn multi_bundle(min: u64, max: u64, gpus: usize, count: u32) -> (u32, u32, u32, 
                     for s2 in options(m2, &used, order[1]) {
                         let second = ids(m2, &s2);
                         let refs2: Vec<&str> = second.iter().map(String::as_str).collect();
-                        let mut total = score1 + planner.score_of(&format!("n{j}"), &refs2, order[1]).unwrap().total;
+                        let mut total = score1 + planner.score_of(&format!("n{j}"), &refs2).unwrap().total;
                         if j == i {
                             total += accel_plan::W_PACK;
                         }
