@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import discover
 from .._plan import sample
-from ._placement import node_spec, publish_machine
+from ._placement import _label_value, node_spec, publish_machine
 
 
 def ray_start_command(machine: dict[str, Any], name: str, ray_args: list[str]) -> list[str]:
@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the ray start command and exit")
     args, ray_args = parser.parse_known_args(argv)
     machine = sample(args.sample) if args.sample else discover(args.root)
-    name = args.node_name or machine.get("host", {}).get("hostname") or socket.gethostname()
+    # The node's name is a label value too (accel.io/node), so it takes the label alphabet.
+    name = _label_value(args.node_name or machine.get("host", {}).get("hostname") or socket.gethostname())
     cmd = ray_start_command(machine, name, ray_args)
     if args.dry_run:
         print(shlex.join(cmd))
