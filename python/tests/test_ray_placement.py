@@ -173,3 +173,22 @@ def test_two_placements_never_share_a_device(cluster):
     finally:
         first.remove()
         second.remove()
+
+
+def test_a_device_taken_between_plan_and_reserve_is_never_left_pending(cluster, monkeypatch):
+    # Someone else holds all of dgx-b; the planner is made blind to it (a stale view), so every
+    # plan names devices Ray cannot give: the group must be removed, not left pending.
+    held = ray_placement_group(
+        [{"GPU": 8, **{aray.device_resource("nvidia", i): 1 for i in range(8)}}],
+        bundle_label_selector=[{"accel.io/node": "dgx-b"}],
+    )
+    assert held.wait(timeout_seconds=60)
+    only_b = {"nodes": [n for n in aray.cluster_from_ray()["nodes"] if n["name"] == "dgx-b"]}
+    monkeypatch.setattr("accel.ray._placement.sync_with_ray", lambda planner: None)
+    try:
+        with pytest.raises(accel.PlacementError, match="taken by other placements"):
+            aray.placement_group({"bundles": [{"count": 2}]}, cluster=only_b, timeout_s=60)
+        pending = [pg for pg in placement_group_table().values() if pg["state"] not in ("REMOVED", "CREATED")]
+        assert pending == []
+    finally:
+        remove_placement_group(held)

@@ -277,10 +277,10 @@ def placement_group(
 
     Fails fast with `accel.PlacementError` (the failed constraint and the nearest feasible
     alternative) when the request cannot be met with the devices Ray has free, and never leaves
-    a pending placement group behind: if Ray does not reserve the bundles within `timeout_s`
-    (another placement took a device in between), the group is removed and the error raised.
+    a pending placement group behind: when another placement takes a planned device between
+    planning and reserving, the group is removed and the request planned again (3 rounds); when
+    Ray does not reserve the bundles within `timeout_s`, the group is removed and the error raised.
     """
-    import ray
     from ray.util import placement_group as ray_placement_group
     from ray.util import remove_placement_group
 
@@ -288,24 +288,60 @@ def placement_group(
     planner = Planner(cluster if cluster is not None else cluster_from_ray())
     if not planner.cluster["nodes"]:
         raise PlacementError("no Ray node carries accel's machine description (start nodes with `python -m accel.ray start`)")
-    sync_with_ray(planner)
-    placement = planner.plan(request)
-    machines = {b["node"]: planner.machine(b["node"]) for b in placement["bundles"]}
-    bundles, selectors = [], []
-    for b in placement["bundles"]:
-        res = _bundle_resources(machines[b["node"]], b["devices"])
-        if cpus_per_bundle:
-            res["CPU"] = cpus_per_bundle
-        bundles.append(res)
-        selectors.append({NODE_LABEL: _label_value(b["node"])})
-    pg = ray_placement_group(bundles, strategy="PACK", name=name, bundle_label_selector=selectors)
     deadline = time.monotonic() + timeout_s
-    ready = pg.wait(timeout_seconds=max(0.0, deadline - time.monotonic()))
-    if not ready:
-        remove_placement_group(pg)
-        raise PlacementError(
-            f"Ray did not reserve the planned devices within {timeout_s:g} s "
-            f"({placement['bundles'][0]['node']}...): another placement took them; retry"
-        )
-    del ray  # imported for its side effect of failing early when Ray is missing
-    return AccelPlacementGroup(pg, placement, machines)
+    for _attempt in range(_ATTEMPTS):
+        sync_with_ray(planner)
+        placement = planner.plan(request)  # PlacementError here: nothing was created
+        machines = {b["node"]: planner.machine(b["node"]) for b in placement["bundles"]}
+        bundles, selectors = [], []
+        for b in placement["bundles"]:
+            res = _bundle_resources(machines[b["node"]], b["devices"])
+            if cpus_per_bundle:
+                res["CPU"] = cpus_per_bundle
+            bundles.append(res)
+            selectors.append({NODE_LABEL: _label_value(b["node"])})
+        pg = ray_placement_group(bundles, strategy="PACK", name=name, bundle_label_selector=selectors)
+        while True:
+            if pg.wait(timeout_seconds=max(0.0, min(_POLL_S, deadline - time.monotonic()))):
+                return AccelPlacementGroup(pg, placement, machines)
+            if time.monotonic() >= deadline:
+                remove_placement_group(pg)
+                raise PlacementError(
+                    f"Ray did not reserve the planned devices within {timeout_s:g} s "
+                    f"({placement['bundles'][0]['node']}...); the placement group was removed"
+                )
+            if _taken_meanwhile(placement, machines, pg) and not pg.wait(timeout_seconds=_POLL_S):
+                # Another placement took a planned device between planning and reserving: this
+                # group would stay pending. Remove it and plan again on Ray's current state.
+                remove_placement_group(pg)
+                break
+    raise PlacementError(
+        f"the planned devices were taken by other placements {_ATTEMPTS} times in a row; "
+        "the placement group was removed"
+    )
+
+
+# Plan-and-reserve rounds before giving up, and how often a pending group is checked.
+_ATTEMPTS = 3
+_POLL_S = 1.0
+
+
+def _taken_meanwhile(placement: dict[str, Any], machines: dict[str, dict[str, Any]], pg) -> bool:
+    """True when a planned device's resource is no longer free in Ray and this group does not
+    hold it (Ray names a group's reserved resources `<name>_group_..._<group id>`)."""
+    from ray._private import state
+
+    nodes = _ray_nodes()
+    available = state.available_resources_per_node()
+    own = pg.id.hex()
+    for b in placement["bundles"]:
+        node = nodes.get(b["node"])
+        if node is None:
+            return True
+        avail = available.get(node["NodeID"], {})
+        for d in b["devices"]:
+            name = device_resource(d["vendor"], d["index"])
+            held = any(k.startswith(name + "_group_") and k.endswith(own) for k in avail)
+            if avail.get(name, 0) < 1 and not held:
+                return True
+    return False
