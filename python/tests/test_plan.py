@@ -60,6 +60,12 @@ def test_capability_constraints_across_vendors():
     assert amd["bundles"][0]["node"] == "mi300x-0"
     big = accel.plan(cluster, {"bundles": [{"count": 1, "min_memory_gb": 150}]})
     assert big["bundles"][0]["node"] == "mi300x-0"
+    # fp8 from the SKU registry: Hopper has it, CDNA2 (MI210) does not.
+    mixed = accel.cluster({"mi210-2hive": 1, "dgx-h100": 1})
+    assert accel.plan(mixed, {"bundles": [{"count": 2, "dtypes": ["fp8"]}]})["bundles"][0]["node"] == "dgx-h100-0"
+    with pytest.raises(accel.PlacementError) as err:
+        accel.plan(accel.cluster({"mi210-2hive": 1}), {"bundles": [{"count": 2, "dtypes": ["fp8"]}]})
+    assert err.value.constraint == "capability" and "dtypes [fp8]" in str(err.value)
 
 
 def test_node_spec_and_visibility():
