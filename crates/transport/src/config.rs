@@ -32,6 +32,8 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Most concurrent server connections.
     pub max_connections: usize,
+    /// Whether the server streams with `sendfile` (no user-space copy) rather than writes.
+    pub sendfile: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -66,11 +68,13 @@ impl Config {
             connect_timeout: Duration::from_millis(1000),
             io_timeout: Duration::from_millis(5000),
             max_connections: 256,
+            sendfile: true,
         }
     }
 
     /// Reads `ACCEL_TRANSPORT_SECRET` (required), `_BIND`, `_ADVERTISE`, `_POOL_BYTES`,
-    /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR` and `_IO_TIMEOUT_MS` through `lookup`.
+    /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR`, `_IO_TIMEOUT_MS` and `_SENDFILE` (0 to
+    /// stream with plain writes) through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |name: &str| lookup(&format!("ACCEL_TRANSPORT_{name}")).filter(|v| !v.is_empty());
         let secret = var("SECRET").ok_or_else(|| Error::Config("ACCEL_TRANSPORT_SECRET is not set".into()))?;
@@ -91,6 +95,9 @@ impl Config {
         }
         if let Some(v) = var("SHM_DIR") {
             cfg.shm_dir = PathBuf::from(v);
+        }
+        if let Some(v) = var("SENDFILE") {
+            cfg.sendfile = !matches!(v.as_str(), "0" | "false" | "no" | "off");
         }
         if let Some(v) = var("IO_TIMEOUT_MS") {
             cfg.io_timeout = Duration::from_millis(parse_num(&v, "ACCEL_TRANSPORT_IO_TIMEOUT_MS")?);

@@ -216,6 +216,13 @@ impl Arena {
         g.live.get(&buffer).filter(|l| l.published).map(|l| (l.seg.map.clone(), l.len))
     }
 
+    /// Like `lookup`, with a descriptor of the segment file (for `sendfile`).
+    pub fn lookup_file(&self, buffer: u64) -> Option<(Arc<MmapRaw>, u64, File)> {
+        let g = self.lock();
+        let l = g.live.get(&buffer).filter(|l| l.published)?;
+        Some((l.seg.map.clone(), l.len, l.seg.file.try_clone().ok()?))
+    }
+
     /// Frees a buffer. Its name goes at once, so no reference opens it again; its memory goes
     /// back to the pool as soon as no view maps it (now, or at a later `alloc`).
     pub fn free(&self, buffer: u64) -> Result<()> {

@@ -35,6 +35,7 @@ struct Shared {
     owner: String,
     arena: Arc<Arena>,
     max_frame: u32,
+    sendfile: bool,
     connections: AtomicUsize,
     max_connections: usize,
 }
@@ -50,6 +51,7 @@ impl Server {
             owner: owner.to_string(),
             arena,
             max_frame: cfg.max_frame,
+            sendfile: cfg.sendfile,
             connections: AtomicUsize::new(0),
             max_connections: cfg.max_connections,
         });
@@ -110,15 +112,21 @@ fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
         match kind {
             Kind::Get => {
                 let (buffer, want) = (frame::u64_at(&payload, 0)?, frame::u64_at(&payload, 8)?);
-                match sh.arena.lookup(buffer) {
+                match sh.arena.lookup_file(buffer) {
                     None => frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?,
-                    Some((_, len)) if len != want => {
+                    Some((_, len, _)) if len != want => {
                         frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "length mismatch"))?
                     }
-                    Some((map, len)) => {
+                    Some((map, len, file)) => {
                         // SAFETY: `map` keeps the mapping alive; it is at least `len` bytes.
                         let data = unsafe { std::slice::from_raw_parts(map.as_ptr(), len as usize) };
-                        send(s, data, sh.max_frame as usize)?;
+                        if send(s, data, sh.sendfile.then_some(&file), sh.max_frame as usize)? {
+                            // `sendfile` queued references to the segment's pages, not copies:
+                            // keep the buffer (`map`) from being recycled until the peer has
+                            // them all.
+                            drain(s);
+                        }
+                        drop(map);
                     }
                 }
             }
@@ -140,21 +148,73 @@ fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
     }
 }
 
-fn send(s: &mut TcpStream, data: &[u8], chunk: usize) -> Result<()> {
+/// Streams `data` (the contents of `file` from offset 0) as Ok, Data..., End. Large chunks go
+/// out with `sendfile`, which hands the socket the segment's pages without a user-space copy;
+/// where the file system cannot, it falls back to plain writes. Returns whether it spliced.
+fn send(s: &mut TcpStream, data: &[u8], file: Option<&std::fs::File>, chunk: usize) -> Result<bool> {
     let total = (data.len() as u64).to_le_bytes();
     if data.len() <= SMALL.min(chunk) {
         let mut out = frame::encode(Kind::Ok, &total);
         out.extend_from_slice(&frame::header(Kind::Data, data.len()));
         out.extend_from_slice(data);
         out.extend_from_slice(&frame::header(Kind::End, 0));
-        return s.write_all(&out).map_err(io("send"));
+        return s.write_all(&out).map(|()| false).map_err(io("send"));
     }
     frame::write(s, Kind::Ok, &total)?;
-    for piece in data.chunks(chunk) {
+    let mut zero_copy = file.is_some();
+    for (i, piece) in data.chunks(chunk).enumerate() {
         s.write_all(&frame::header(Kind::Data, piece.len())).map_err(io("send"))?;
+        let at = i * chunk;
+        if zero_copy {
+            match send_file(s, file.expect("zero_copy implies a file"), at, piece.len()) {
+                Ok(()) => continue,
+                Err(0) => zero_copy = false,
+                Err(_) => {
+                    return Err(Error::Io { context: "sendfile".into(), source: std::io::Error::last_os_error() })
+                }
+            }
+        }
         s.write_all(piece).map_err(io("send"))?;
     }
-    frame::write(s, Kind::End, &[])
+    frame::write(s, Kind::End, &[])?;
+    Ok(zero_copy)
+}
+
+/// Sends `len` bytes of `file` from `at` with `sendfile`. `Err(0)` when nothing went out and the
+/// file cannot be spliced (the caller falls back to writes); `Err(n)` after a failure mid-way.
+fn send_file(s: &TcpStream, file: &std::fs::File, at: usize, len: usize) -> std::result::Result<(), usize> {
+    use std::os::fd::AsRawFd;
+    let mut off = at as libc::off_t;
+    let mut sent = 0usize;
+    while sent < len {
+        // SAFETY: both descriptors are open for the call; `off` is a valid in/out pointer.
+        let n = unsafe { libc::sendfile(s.as_raw_fd(), file.as_raw_fd(), &mut off, len - sent) };
+        if n > 0 {
+            sent += n as usize;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if n < 0 && e.kind() == ErrorKind::Interrupted {
+            continue;
+        }
+        return Err(sent.max(usize::from(n == 0 || !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)))));
+    }
+    Ok(())
+}
+
+/// Waits (bounded) until the socket's send queue is empty: the peer has every queued byte.
+fn drain(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + IDLE_TIMEOUT.min(Duration::from_secs(30));
+    loop {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int through the valid pointer.
+        let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        if rc != 0 || queued == 0 || std::time::Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// A consumer's connections to owners, authenticated once and reused.

@@ -291,15 +291,18 @@ fn recycled_buffers_reuse_the_consumers_cached_mapping_and_unlinked_ones_leave_i
 
 #[test]
 fn owners_and_consumers_with_different_chunk_sizes_interoperate() {
-    let mut small = config("chunks");
-    small.max_frame = 4096;
-    let owner = Transport::start(small).unwrap();
     let consumer = Transport::start(config("chunks-c")).unwrap();
-    let data = pattern(1 << 20);
-    let d = publish(&owner, &data);
-    let mut got = vec![0u8; data.len()];
-    consumer.fetch_tcp(&d, &mut got).unwrap();
-    assert!(got == data);
+    for sendfile in [true, false] {
+        let mut small = config("chunks");
+        small.max_frame = 4096;
+        small.sendfile = sendfile;
+        let owner = Transport::start(small).unwrap();
+        let data = pattern((1 << 20) + 3);
+        let d = publish(&owner, &data);
+        let mut got = vec![0u8; data.len()];
+        consumer.fetch_tcp(&d, &mut got).unwrap();
+        assert!(got == data, "sendfile: {sendfile}");
+    }
 }
 
 #[test]
