@@ -1,0 +1,72 @@
+//! `accel cluster`, `accel plan` and `accel bench plan` as a user meets them.
+
+use std::process::{Command, Output};
+
+fn accel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_accel")).args(args).env_remove("ACCEL_SKU_DIR").output().unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("accel-cli-plan-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn cluster_then_plan_json_yaml_and_infeasible() {
+    let dir = scratch("flow");
+    let cluster = dir.join("cluster.json");
+    std::fs::write(&cluster, ok(accel(&["cluster", "--sample", "dgx-h100:2,mi300x:1", "--rack-size", "2"]))).unwrap();
+    let text = std::fs::read_to_string(&cluster).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(value["nodes"][2]["labels"]["rack"], "r1");
+
+    let request = dir.join("request.json");
+    std::fs::write(&request, r#"{"bundles": [{"count": 4, "connectivity": "scale-up"}]}"#).unwrap();
+    let args = ["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap()];
+    let human = ok(accel(&args));
+    assert!(human.starts_with("bundle 0: dgx-h100-0 GPU0,GPU1,GPU2,GPU3  min 900 GB/s  numa [0]"), "{human}");
+    let json: serde_json::Value = serde_json::from_str(&ok(accel(&[&args[..], &["--json"]].concat()))).unwrap();
+    assert_eq!(json["bundles"][0]["devices"].as_array().unwrap().len(), 4);
+
+    let yaml = dir.join("request.yaml");
+    std::fs::write(&yaml, "bundles:\n  - count: 2\n    vendor: [amd]\n").unwrap();
+    let amd = ok(accel(&["plan", "--cluster", cluster.to_str().unwrap(), "--request", yaml.to_str().unwrap()]));
+    assert!(amd.starts_with("bundle 0: mi300x-0 "), "{amd}");
+
+    std::fs::write(&request, r#"{"bundles": [{"count": 9, "connectivity": "scale-up"}]}"#).unwrap();
+    let out = accel(&args);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("accel: error: cannot place the request: bundle 0: no node has 9 accelerators"), "{err}");
+    assert!(err.contains("nearest feasible: count 8 on dgx-h100-0"), "{err}");
+    let out = accel(&[&args[..], &["--json"]].concat());
+    assert!(!out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["error"]["constraint"], "count");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn unknown_sample_is_one_clear_error() {
+    let out = accel(&["cluster", "--sample", "no-such-box:2"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no sample named \"no-such-box\""));
+}
+
+#[test]
+fn bench_plan_prints_percentiles() {
+    let out = ok(accel(&["bench", "plan", "--nodes", "40", "--requests", "50", "--json"]));
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in ["p50_ms", "p99_ms", "max_ms"] {
+        assert!(json[key].as_f64().is_some_and(|v| v >= 0.0), "{key} in {out}");
+    }
+    assert_eq!(json["nodes"], 40);
+    assert!(json["vs_first_fit"]["cases"].as_u64().unwrap() > 0);
+}
