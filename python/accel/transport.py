@@ -42,6 +42,7 @@ __all__ = [
     "get",
     "empty",
     "free",
+    "reserve",
     "stats",
     "prometheus",
     "sweep",
@@ -283,6 +284,16 @@ def free(ref: Ref) -> bool:
     except (BufferFreed, OwnerGone):
         return False
     return True
+
+
+def reserve(nbytes: int, count: int = 1) -> None:
+    """Pre-fault `count` pooled buffers for arrays of `nbytes` bytes, so that the first put or
+    empty() of that size is warm (creating and faulting a segment is the cold cost)."""
+    _start()
+    made = [_native.transport_alloc(int(nbytes)) for _ in range(count)]
+    for buffer, _segment, _sb in made:
+        _native.transport_free(_state.owner, _state.endpoint, buffer)
+    del made
 
 
 def stats() -> dict[str, Any]:

@@ -239,3 +239,14 @@ def test_get_into_a_callers_buffer(path):
     with pytest.raises(ValueError):
         T.get(ref, path=path, out=np.zeros(3))
     T.free(ref)
+
+
+def test_reserve_makes_the_first_buffer_of_a_size_warm():
+    T.trim()  # start from an empty pool: no idle buffers, none held by views
+    T.reserve(3 << 20, count=2)
+    assert T.stats()["pool"]["idle_bytes"] == 2 * (3 << 20)
+    ref = T.put(np.ones(3 << 20, np.uint8))
+    assert T.stats()["pool"]["idle_bytes"] == 3 << 20, "put took a pooled buffer"
+    T.free(ref)
+    T.trim()
+    assert T.stats()["pool"]["idle_bytes"] == 0
