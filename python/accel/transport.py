@@ -290,10 +290,9 @@ def reserve(nbytes: int, count: int = 1) -> None:
     """Pre-fault `count` pooled buffers for arrays of `nbytes` bytes, so that the first put or
     empty() of that size is warm (creating and faulting a segment is the cold cost)."""
     _start()
-    made = [_native.transport_alloc(int(nbytes)) for _ in range(count)]
-    for buffer, _segment, _sb in made:
+    buffers = [_native.transport_alloc(int(nbytes))[0] for _ in range(count)]  # mappings dropped here
+    for buffer in buffers:
         _native.transport_free(_state.owner, _state.endpoint, buffer)
-    del made
 
 
 def stats() -> dict[str, Any]:
