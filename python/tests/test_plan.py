@@ -79,7 +79,10 @@ def test_node_spec_and_visibility():
     ids = [m["accelerators"][i]["id"] for i in (6, 4)]
     assert aray.visibility_env(m, ids) == {
         "CUDA_VISIBLE_DEVICES": "6,4",
+        # Ray picks its GPU manager by probing the node: none of them may rewrite visibility.
         "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+        "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1",
+        "RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK": "1",
     }
     amd = accel.sample("mi300x")
     env = aray.visibility_env(amd, [amd["accelerators"][1]["id"]])

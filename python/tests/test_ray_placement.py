@@ -23,6 +23,7 @@ NODES = {
     "dgx-a": ("dgx-h100", {}),
     "dgx-b": ("dgx-h100", {}),
     "rtx": ("rtx-pro-6000-server", {}),
+    "mi300x": ("mi300x", {}),
     "nvl-a0": ("gb200-nvl72-tray", {"nvlink_clique": "clique-a"}),
     "nvl-b0": ("gb200-nvl72-tray", {"nvlink_clique": "clique-b"}),
     "nvl-b1": ("gb200-nvl72-tray", {"nvlink_clique": "clique-b"}),
@@ -112,14 +113,37 @@ def test_four_nvlink_gpus_land_on_the_fragmented_dgx(cluster):
 
 
 def test_rdma_nic_per_gpu_gets_pix(cluster):
-    # DGX H100 NICs sit at PXB and GB200 tray NICs at NODE: only the RTX server has PIX NICs.
+    # DGX H100 NICs sit at PXB and GB200 tray NICs at NODE; the RTX server and the MI300X box
+    # have a NIC at PIX beside their GPUs.
     apg = aray.placement_group({"bundles": [{"count": 2, "nic": "pix"}]})
+    try:
+        assert apg.node(0) in ("rtx", "mi300x")
+        assert all(d["nic_path"] == "PIX" for d in apg.devices(0))
+        seen = _probe(apg, 0)
+        assert seen["node_id"] == cluster[apg.node(0)]
+        var = "CUDA_VISIBLE_DEVICES" if apg.node(0) == "rtx" else "HIP_VISIBLE_DEVICES"
+        assert seen[var] == ",".join(str(d["index"]) for d in apg.devices(0))
+    finally:
+        apg.remove()
+
+    # The same on NVIDIA only: the RTX server.
+    apg = aray.placement_group({"bundles": [{"count": 2, "nic": "pix", "vendor": ["nvidia"]}]})
     try:
         assert apg.node(0) == "rtx"
         assert all(d["nic_path"] == "PIX" for d in apg.devices(0))
+        assert _probe(apg, 0)["CUDA_VISIBLE_DEVICES"] == ",".join(str(d["index"]) for d in apg.devices(0))
+    finally:
+        apg.remove()
+
+
+def test_amd_xgmi_bundle_sees_hip_visible_devices(cluster):
+    apg = aray.placement_group({"bundles": [{"count": 4, "vendor": ["amd"], "connectivity": "scale-up"}]})
+    try:
+        assert apg.node(0) == "mi300x"
         seen = _probe(apg, 0)
-        assert seen["node_id"] == cluster["rtx"]
-        assert seen["CUDA_VISIBLE_DEVICES"] == ",".join(str(d["index"]) for d in apg.devices(0))
+        assert seen["node_id"] == cluster["mi300x"]
+        assert seen["HIP_VISIBLE_DEVICES"] == ",".join(str(d["index"]) for d in apg.devices(0))
+        assert seen["CUDA_VISIBLE_DEVICES"] is None
     finally:
         apg.remove()
 

@@ -42,14 +42,14 @@ _VISIBILITY = {
     "intel-gaudi": "HABANA_VISIBLE_MODULES",
     "intel": "ZE_AFFINITY_MASK",
 }
-# Variables Ray rewrites unless told not to (`RAY_EXPERIMENTAL_NOSET_<VAR>`).
+# The variables Ray may rewrite for each of its device kinds unless told not to
+# (`RAY_EXPERIMENTAL_NOSET_<VAR>=1`). For `GPU`, Ray picks the NVIDIA, AMD or Intel manager by
+# probing the node, so every GPU variable is switched off: only accel's visibility stands.
 _RAY_MANAGED = {
-    "CUDA_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-    "TPU_VISIBLE_CHIPS",
-    "NEURON_RT_VISIBLE_CORES",
-    "HABANA_VISIBLE_MODULES",
-    "ZE_AFFINITY_MASK",
+    "GPU": ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"),
+    "TPU": ("TPU_VISIBLE_CHIPS",),
+    "neuron_cores": ("NEURON_RT_VISIBLE_CORES",),
+    "HPU": ("HABANA_VISIBLE_MODULES",),
 }
 
 
@@ -104,7 +104,8 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
 
 def visibility_env(machine: dict[str, Any], device_ids: list[str]) -> dict[str, str]:
     """The environment that confines a worker to `device_ids` (in that order), with the
-    `RAY_EXPERIMENTAL_NOSET_*` switch for each variable Ray would otherwise rewrite."""
+    `RAY_EXPERIMENTAL_NOSET_*` switch for every variable Ray could otherwise rewrite for those
+    devices' Ray kind (all three GPU variables for `GPU`)."""
     env = dict(_native.isolate_env(json.dumps(machine), list(device_ids)))
     by_id = {a["id"]: a for a in machine.get("accelerators", [])}
     missing: dict[str, list[str]] = {}
@@ -115,8 +116,8 @@ def visibility_env(machine: dict[str, Any], device_ids: list[str]) -> dict[str, 
             missing.setdefault(var, []).append(str(dev["index"]))
     for var, indices in missing.items():  # vendors whose plugin has no isolate yet
         env[var] = ",".join(indices)
-    for var in list(env):
-        if var in _RAY_MANAGED:
+    for kind in sorted({ray_resource(by_id[d]) for d in device_ids}):
+        for var in _RAY_MANAGED.get(kind, ()):
             env[f"RAY_EXPERIMENTAL_NOSET_{var}"] = "1"
     return env
 
