@@ -359,6 +359,10 @@ impl Planner {
     /// `same: node`, one per interchangeable group), or the whole cluster.
     pub(crate) fn units(&self, request: &Request, same_override: Option<Option<&str>>) -> Vec<Unit> {
         let same = same_override.unwrap_or(request.same.as_deref());
+        if request.select.contains_key("node") {
+            // One named node: every bundle goes there.
+            return self.selected_nodes(request).into_iter().map(Unit::Node).collect();
+        }
         let selected = |labels: &BTreeMap<String, String>| request.select.iter().all(|(k, v)| labels.get(k) == Some(v));
         let keys = self.groups.keys().filter(|(l, _, _)| selected(&self.label_sets[*l]));
         match same {
@@ -575,7 +579,12 @@ impl Planner {
     }
     pub(crate) fn selected_nodes(&self, request: &Request) -> Vec<usize> {
         (0..self.nodes.len())
-            .filter(|&n| request.select.iter().all(|(k, v)| self.label_sets[self.nodes[n].labels].get(k) == Some(v)))
+            .filter(|&n| {
+                request.select.iter().all(|(k, v)| match k.as_str() {
+                    "node" => self.nodes[n].name == *v,
+                    _ => self.label_sets[self.nodes[n].labels].get(k) == Some(v),
+                })
+            })
             .collect()
     }
     /// One representative node per interchangeable group among `nodes`, by `free` override.

@@ -19,7 +19,8 @@ pub struct Request {
     /// a different node.
     #[serde(default)]
     pub strategy: Strategy,
-    /// Only nodes whose labels (or domains) carry these values: `{"rack": "r2"}`.
+    /// Only nodes whose labels (or domains) carry these values: `{"rack": "r2"}`; the key
+    /// `node` names one node, which then holds every bundle.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub select: BTreeMap<String, String>,
 }

@@ -219,3 +219,13 @@ fn cluster_json_round_trip_with_inline_and_shared_machines() {
     let got = p.plan(&request(r#"{"bundles": [{"count": 2, "vendor": ["amd"]}], "select": {"rack": "r1"}}"#)).unwrap();
     assert_eq!(got.bundles[0].node, "b");
 }
+
+#[test]
+fn select_a_node_by_name() {
+    let mut p = Planner::new(&cluster(&[("a", Spec::dgx()), ("b", Spec::dgx())])).unwrap();
+    let got = p.plan(&request(r#"{"bundles": [{"count": 2}, {"count": 3}], "select": {"node": "b"}}"#)).unwrap();
+    assert!(got.bundles.iter().all(|b| b.node == "b"));
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 2}], "select": {"node": "c"}}"#)).unwrap_err());
+    assert_eq!(why.constraint, "select");
+    assert_eq!(why.message, "no node carries node=c");
+}
