@@ -79,6 +79,8 @@ def test_node_spec_and_visibility():
     ids = [m["accelerators"][i]["id"] for i in (6, 4)]
     assert aray.visibility_env(m, ids) == {
         "CUDA_VISIBLE_DEVICES": "6,4",
+        # Indices are PCI bus order; CUDA's own default is "fastest first".
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         # Ray picks its GPU manager by probing the node: none of them may rewrite visibility.
         "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
         "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1",

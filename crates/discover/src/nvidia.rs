@@ -57,7 +57,10 @@ impl Vendor for Nvidia {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        isolate_by_index(devices, &["CUDA_VISIBLE_DEVICES"])
+        let mut isolation = isolate_by_index(devices, &["CUDA_VISIBLE_DEVICES"]);
+        // Our indices are PCI bus order (as NVML's); CUDA's default order is "fastest first".
+        isolation.env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
+        isolation
     }
 }
 

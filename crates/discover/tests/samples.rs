@@ -282,6 +282,7 @@ fn tpu_trn2_gaudi3_mixed() {
     let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[1].id, &m.accelerators[3].id]);
     assert_eq!(iso.env["HIP_VISIBLE_DEVICES"], "1");
     assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], "1");
+    assert_eq!(iso.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
 }
 
 #[test]
