@@ -250,3 +250,12 @@ def test_reserve_makes_the_first_buffer_of_a_size_warm():
     T.free(ref)
     T.trim()
     assert T.stats()["pool"]["idle_bytes"] == 0
+
+
+def test_top_level_names():
+    import accel
+
+    assert accel.transport is T
+    assert issubclass(accel.PoolExhausted, accel.TransportError)
+    assert issubclass(accel.StaleReference, accel.OwnerGone)
+    assert issubclass(accel.TransportError, accel.AccelError)
