@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -148,6 +149,13 @@ def _share_secret_with_workers() -> None:
 
     if not os.environ.get(_t.SECRET_VAR):
         os.environ[_t.SECRET_VAR] = secrets.token_hex(32)
+        if ray.is_initialized():
+            warnings.warn(
+                "accel.ray.register_transport() ran after ray.init(): workers already started do not "
+                "share this process's transport secret, so TCP transfers between them fail with "
+                "AuthError. Call it before ray.init(), or set ACCEL_TRANSPORT_SECRET for the cluster.",
+                stacklevel=3,
+            )
     original = ray.init
     if getattr(original, "__accel_patched__", False):
         return
