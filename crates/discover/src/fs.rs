@@ -249,6 +249,24 @@ impl Fs {
         }
     }
 
+    /// Reads several small files of one directory. On the real filesystem the directory is
+    /// opened once and each file relative to it: on deep sysfs paths the per-file path walk is
+    /// about half the cost of reading an attribute.
+    pub(crate) fn read_in_dir(&self, dir: &Path, names: &[&str], limit: u64) -> Vec<io::Result<Vec<u8>>> {
+        match self {
+            Fs::Real => {
+                use rustix::fs::{Mode, OFlags};
+                match rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+                    Ok(fd) => names.iter().map(|name| read_small_at(&fd, name, limit)).collect(),
+                    Err(errno) => {
+                        names.iter().map(|_| Err(io::Error::from_raw_os_error(errno.raw_os_error()))).collect()
+                    }
+                }
+            }
+            Fs::Memory(_) => names.iter().map(|name| self.read(&dir.join(name), limit)).collect(),
+        }
+    }
+
     pub(crate) fn read_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         match self {
             Fs::Real => Ok(std::fs::read_dir(path)?
@@ -286,12 +304,24 @@ impl Fs {
 fn read_small(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
-    // sysfs hands over a whole attribute in the first read, so a short read means the end: this
-    // saves the extra read-to-EOF call per file, which is most of discovery's system time.
+    read_until_short(|buf| file.read(buf), limit)
+}
+
+/// Reads `name` relative to an open directory (`openat`): the kernel resolves one component,
+/// not the whole path from the root.
+fn read_small_at(dir: &rustix::fd::OwnedFd, name: &str, limit: u64) -> io::Result<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    let file = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    read_until_short(|buf| Ok(rustix::io::read(&file, buf)?), limit)
+}
+
+/// sysfs hands over a whole attribute in the first read, so a short read means the end: this
+/// saves the extra read-to-EOF call per file, which is much of discovery's system time.
+fn read_until_short(mut read: impl FnMut(&mut [u8]) -> io::Result<usize>, limit: u64) -> io::Result<Vec<u8>> {
     let mut bytes = vec![0u8; 4096];
     let mut len = 0;
     loop {
-        let n = file.read(&mut bytes[len..])?;
+        let n = read(&mut bytes[len..])?;
         len += n;
         if len as u64 > limit {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("larger than {} KiB", limit / 1024)));

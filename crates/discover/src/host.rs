@@ -187,7 +187,33 @@ impl Host {
     /// Reads a small text attribute, trimmed. A missing file is `None` silently; any other
     /// failure (permission, not UTF-8, too large) is `None` plus a warning.
     pub fn read_attr(&self, path: &Path, source: &str, warnings: &mut Vec<Warning>) -> Option<String> {
-        match self.fs.read(path, MAX_ATTR_BYTES).and_then(utf8) {
+        self.attr_text(path, self.fs.read(path, MAX_ATTR_BYTES), source, warnings)
+    }
+
+    /// [`Host::read_attr`] for several files of one directory, read in one pass.
+    pub fn read_attrs(
+        &self,
+        dir: &Path,
+        names: &[&str],
+        source: &str,
+        warnings: &mut Vec<Warning>,
+    ) -> Vec<Option<String>> {
+        let results = self.fs.read_in_dir(dir, names, MAX_ATTR_BYTES);
+        names
+            .iter()
+            .zip(results)
+            .map(|(name, result)| self.attr_text(&dir.join(name), result, source, warnings))
+            .collect()
+    }
+
+    fn attr_text(
+        &self,
+        path: &Path,
+        read: io::Result<Vec<u8>>,
+        source: &str,
+        warnings: &mut Vec<Warning>,
+    ) -> Option<String> {
+        match read.and_then(utf8) {
             Ok(text) => Some(text.trim().to_owned()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
@@ -205,7 +231,20 @@ impl Host {
         warnings: &mut Vec<Warning>,
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Option<T> {
-        let text = self.read_attr(path, source, warnings)?;
+        let text = self.read_attr(path, source, warnings);
+        self.parse_text(path, text, source, warnings, parse)
+    }
+
+    /// Parses an attribute already read from `path`; garbage becomes a warning.
+    pub fn parse_text<T>(
+        &self,
+        path: &Path,
+        text: Option<String>,
+        source: &str,
+        warnings: &mut Vec<Warning>,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Option<T> {
+        let text = text?;
         let value = parse(&text);
         if value.is_none() {
             let shown: String = text.chars().take(60).collect();

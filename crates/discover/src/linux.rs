@@ -180,11 +180,24 @@ fn is_host_bridge_name(part: &str) -> bool {
     })
 }
 
+/// The attributes read for every PCI function, in one pass over its directory.
+const PCI_ATTRS: [&str; 7] = [
+    "uevent",
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+    "local_cpulist",
+    "numa_node",
+];
+
 fn read_pci_attrs(host: &Host, dir: &Path, node: &mut PciNode, numa: &[NumaNode], warnings: &mut Vec<Warning>) {
     const SRC: &str = "pci";
+    let [uevent, cur_speed, cur_width, max_speed, max_width, local_cpulist, numa_node]: [Option<String>; 7] =
+        host.read_attrs(dir, &PCI_ATTRS, SRC, warnings).try_into().expect("one result per name");
     // `uevent` carries ids, class and driver in one read; captures that lack it (or hold a
     // mangled one) fall back to the individual attribute files.
-    match host.read_attr(&dir.join("uevent"), SRC, warnings).as_deref().and_then(parse_pci_uevent) {
+    match uevent.as_deref().and_then(parse_pci_uevent) {
         Some(u) => {
             node.vendor = Some(u.vendor);
             node.device = Some(u.device);
@@ -200,19 +213,19 @@ fn read_pci_attrs(host: &Host, dir: &Path, node: &mut PciNode, numa: &[NumaNode]
             node.subsystem_vendor = id("subsystem_vendor", warnings);
             node.subsystem_device = id("subsystem_device", warnings);
             node.class = host.parse_attr(&dir.join("class"), SRC, warnings, PciClass::parse);
-            node.driver = host
-                .resolve_link(&dir.join("driver"))
-                .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
         }
     }
-    node.link = read_link(host, dir, "current", warnings);
-    node.max_link = read_link(host, dir, "max", warnings);
-    node.driver =
-        host.resolve_link(&dir.join("driver")).and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
+    if node.driver.is_none() {
+        node.driver = host
+            .resolve_link(&dir.join("driver"))
+            .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
+    }
+    node.link = pci_link(host, dir, "current", cur_speed, cur_width, warnings);
+    node.max_link = pci_link(host, dir, "max", max_speed, max_width, warnings);
     node.local_cpus = host
-        .parse_attr(&dir.join("local_cpulist"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
+        .parse_text(&dir.join("local_cpulist"), local_cpulist, SRC, warnings, |t| CpuSet::parse_list(t).ok())
         .or_else(|| host.parse_attr(&dir.join("local_cpus"), SRC, warnings, |t| CpuSet::parse_mask(t).ok()));
-    let declared = host.parse_attr(&dir.join("numa_node"), SRC, warnings, |t| t.parse::<i64>().ok());
+    let declared = host.parse_text(&dir.join("numa_node"), numa_node, SRC, warnings, |t| t.parse::<i64>().ok());
     node.numa_node = locality(declared, node.local_cpus.as_ref(), numa);
     if let Some(n) = declared.filter(|&n| n >= 0) {
         if node.numa_node != Some(n as u32) {
@@ -276,11 +289,19 @@ fn locality(declared: Option<i64>, local_cpus: Option<&CpuSet>, numa: &[NumaNode
     }
 }
 
-fn read_link(host: &Host, dir: &Path, which: &str, warnings: &mut Vec<Warning>) -> Option<PciLink> {
-    let speed = host.read_attr(&dir.join(format!("{which}_link_speed")), "pci", warnings)?;
-    let gts = PciLink::parse_speed(&speed)?;
+/// A link from its speed and width texts. An unknown speed (`Unknown`, as links that are down
+/// report) is no link, silently; a garbage width is a warning.
+fn pci_link(
+    host: &Host,
+    dir: &Path,
+    which: &str,
+    speed: Option<String>,
+    width: Option<String>,
+    warnings: &mut Vec<Warning>,
+) -> Option<PciLink> {
+    let gts = PciLink::parse_speed(&speed?)?;
     let width =
-        host.parse_attr(&dir.join(format!("{which}_link_width")), "pci", warnings, |t| t.parse::<u32>().ok())?;
+        host.parse_text(&dir.join(format!("{which}_link_width")), width, "pci", warnings, |t| t.parse::<u32>().ok())?;
     (width > 0).then_some(PciLink { gts, width })
 }
 
