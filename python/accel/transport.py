@@ -296,13 +296,17 @@ def reserve(nbytes: int, count: int = 1) -> None:
 
 
 def stats() -> dict[str, Any]:
-    """Per-path transfers, bytes, errors and latency histogram; pool usage of this owner."""
+    """Per-path transfers, bytes, errors and latency histogram, for each role of this process:
+    ``paths`` (what it fetched as a consumer) and ``served`` (what its TCP server sent as the
+    owner, errors including failed handshakes and unknown buffers; ``local`` and ``shm`` reads
+    never reach the owner, so only their consumer counts them); pool usage of this owner."""
     _start()
     return _native.transport_stats()
 
 
 def prometheus() -> str:
-    """The Prometheus text exposition of stats() (served by the node agent)."""
+    """The Prometheus text exposition of stats() (served by the node agent): every transfer
+    series is labelled ``path`` and ``role`` (``fetch`` or ``serve``)."""
     _start()
     return _native.transport_prometheus()
 

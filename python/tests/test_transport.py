@@ -223,10 +223,49 @@ def test_stats_and_prometheus():
     assert s["paths"]["shm"]["latency_buckets"][-1][1] == before + 1
     assert s["pool"]["live_buffers"] >= 1
     text = T.prometheus()
-    assert 'accel_transport_transfers_total{path="shm"}' in text
-    assert 'accel_transport_latency_seconds_bucket{path="tcp",le="+Inf"}' in text
+    assert 'accel_transport_transfers_total{path="shm",role="fetch"}' in text
+    assert 'accel_transport_latency_seconds_bucket{path="tcp",role="serve",le="+Inf"}' in text
+    families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert len(families) == len(set(families)) == text.count("# HELP "), "one HELP/TYPE per family"
     assert "accel_transport_pool_limit_bytes" in text
     T.free(ref)
+
+
+def test_the_owner_counts_what_it_serves_over_tcp():
+    owner = Owner(count=2, size=1 << 20)
+
+    def served(done):
+        deadline = time.monotonic() + 10
+        while True:  # the owner records after its last write, maybe after the consumer returned
+            s = owner.send("stats")["served"]["tcp"]
+            if done(s) or time.monotonic() > deadline:
+                return s
+            time.sleep(0.02)
+
+    try:
+        assert get_in_peer(owner.refs[1], "tcp") == ("ok", 1 << 20, (1 << 20,))  # another process fetched
+        s = served(lambda s: s["transfers"] == 1)
+        assert (s["transfers"], s["bytes"]) == (1, 1 << 20), s
+        assert s["latency_buckets"][-1] == (float("inf"), 1) and s["latency_sum_s"] > 0
+        time.sleep(0.2)
+        assert served(lambda s: True)["errors"] == 0, "a consumer that exits between requests is no error"
+        stats = owner.send("stats")
+        assert stats["paths"]["tcp"]["transfers"] == 0, "the owner fetched nothing itself"
+        assert stats["served"]["shm"]["transfers"] == 0, "shm reads never reach the owner"
+        # Failures: an unknown buffer, and a client without the secret (a failed handshake).
+        T.free(owner.refs[0])
+        assert get_in_peer(owner.refs[0], "tcp")[0] == "BufferFreed"
+        assert served(lambda s: s["errors"] == 1)["errors"] == 1
+        res = get_in_peer(owner.refs[1], "tcp", env={"ACCEL_TRANSPORT_SECRET": "someone-else-entirely-0000"})
+        assert res[0] == "AuthError", res
+        s = served(lambda s: s["errors"] == 2)
+        assert (s["transfers"], s["bytes"], s["errors"]) == (1, 1 << 20, 2), s
+        text = owner.send("prometheus")
+        assert f'accel_transport_bytes_total{{path="tcp",role="serve"}} {1 << 20}' in text
+        assert 'accel_transport_errors_total{path="tcp",role="serve"} 2' in text
+        assert 'accel_transport_latency_seconds_count{path="tcp",role="serve"} 1' in text
+    finally:
+        owner.exit()
 
 
 @pytest.mark.parametrize("path", ["local", "shm", "tcp"])

@@ -34,6 +34,8 @@ def main() -> None:
                 break
             if cmd == "stats":
                 out(T.stats())
+            if cmd == "prometheus":
+                out(T.prometheus())
             if cmd == "put":
                 try:
                     out(T.put(np.ones(int(sys.argv[3]), np.uint8)))

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use accel_transport::{sweep_orphans, Config, Descriptor, Mapping, Path, Transport};
+use accel_transport::{sweep_orphans, Config, Descriptor, Mapping, Path, Role, Transport};
 use memmap2::MmapRaw;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyBufferError, PyValueError};
@@ -193,7 +193,7 @@ fn transport_choose(owner: &str, host: &str) -> PyResult<&'static str> {
     Ok(Path::choose(t.owner(), t.host(), owner, host).name())
 }
 
-/// Records a transfer (`ok`) or a failure on `path` in this process's metrics.
+/// Records a fetch (`ok`) or a failed one on `path` in this process's metrics (role `fetch`).
 #[pyfunction]
 fn transport_record(path: &str, nbytes: u64, seconds: f64, ok: bool) -> PyResult<()> {
     let p = Path::parse(path).ok_or_else(|| PyValueError::new_err(format!("unknown path {path:?}")))?;
@@ -206,23 +206,27 @@ fn transport_record(path: &str, nbytes: u64, seconds: f64, ok: bool) -> PyResult
     Ok(())
 }
 
-/// Metrics and pool usage as a dict.
+/// Metrics and pool usage as a dict: `paths` (per path, what this process fetched as a
+/// consumer), `served` (per path, what its server sent as the owner), `pool`.
 #[pyfunction]
 fn transport_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let t = started()?;
     let out = PyDict::new(py);
-    let paths = PyDict::new(py);
-    for s in t.metrics().snapshot() {
-        let d = PyDict::new(py);
-        d.set_item("transfers", s.transfers)?;
-        d.set_item("bytes", s.bytes)?;
-        d.set_item("errors", s.errors)?;
-        d.set_item("latency_sum_s", s.latency_sum_s)?;
-        let le: Vec<f64> = accel_transport::BUCKETS.iter().copied().chain([f64::INFINITY]).collect();
-        d.set_item("latency_buckets", le.into_iter().zip(s.buckets).collect::<Vec<_>>())?;
-        paths.set_item(s.path.name(), d)?;
+    for (key, role) in [("paths", Role::Fetch), ("served", Role::Serve)] {
+        let paths = PyDict::new(py);
+        for path in Path::ALL {
+            let s = t.metrics().get(role, path);
+            let d = PyDict::new(py);
+            d.set_item("transfers", s.transfers)?;
+            d.set_item("bytes", s.bytes)?;
+            d.set_item("errors", s.errors)?;
+            d.set_item("latency_sum_s", s.latency_sum_s)?;
+            let le: Vec<f64> = accel_transport::BUCKETS.iter().copied().chain([f64::INFINITY]).collect();
+            d.set_item("latency_buckets", le.into_iter().zip(s.buckets).collect::<Vec<_>>())?;
+            paths.set_item(path.name(), d)?;
+        }
+        out.set_item(key, paths)?;
     }
-    out.set_item("paths", paths)?;
     let pool = t.pool();
     let p = PyDict::new(py);
     p.set_item("live_buffers", pool.live_buffers)?;

@@ -20,7 +20,7 @@ pub use backend::{backends, Backend, Descriptor, Path};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use identity::{host_id, process_alive, Identity};
-pub use metrics::{Metrics, PathStats, BUCKETS};
+pub use metrics::{Metrics, PathStats, Role, BUCKETS};
 pub use node::Transport;
 pub use shm::{size_class, sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats, SEGMENT_PREFIX};
 pub use tcp::{Client, Server};

@@ -22,7 +22,8 @@ pub struct Transport {
     arena: Arc<Arena>,
     client: Client,
     maps: MapCache,
-    metrics: Metrics,
+    /// Shared with the server, which counts what it serves (role `serve`).
+    metrics: Arc<Metrics>,
     _server: Server,
 }
 
@@ -34,7 +35,8 @@ impl Transport {
         let identity = Identity::current()?;
         let owner = identity.id();
         let arena = Arc::new(Arena::new(&config.shm_dir, &identity, config.pool_bytes));
-        let server = Server::start(&config, &owner, arena.clone())?;
+        let metrics = Arc::new(Metrics::default());
+        let server = Server::start(&config, &owner, arena.clone(), metrics.clone())?;
         let endpoint = match &config.advertise {
             Some(a) if a.contains(':') => a.clone(),
             Some(a) => format!("{a}:{}", server.addr().port()),
@@ -44,7 +46,7 @@ impl Transport {
             host: host_id(),
             client: Client::new(&config),
             maps: MapCache::new(config.map_cache_bytes),
-            metrics: Metrics::default(),
+            metrics,
             identity,
             owner,
             endpoint,
@@ -74,7 +76,7 @@ impl Transport {
     pub fn config(&self) -> &Config {
         &self.config
     }
-    /// The metrics of this process.
+    /// The metrics of this process: what it fetched as a consumer and what its server served.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

@@ -2,6 +2,7 @@
 //! sockets) and the consumer's client (a small cache of authenticated connections per
 //! endpoint). Data streams in frames of at most `max_frame` bytes straight from the owner's
 //! mapping into the consumer's destination buffer, so neither side holds more than one chunk.
+//! The server counts what it serves in the owner's metrics (path `tcp`, role `serve`).
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -9,12 +10,14 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::auth::{client_handshake, server_handshake};
+use crate::backend::Path;
 use crate::config::Config;
 use crate::error::{io, Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
+use crate::metrics::Metrics;
 use crate::shm::Arena;
 
 /// How long a server waits for a handshake, and for the next request on an idle connection.
@@ -34,6 +37,7 @@ struct Shared {
     secret: Vec<u8>,
     owner: String,
     arena: Arc<Arena>,
+    metrics: Arc<Metrics>,
     max_frame: u32,
     sendfile: bool,
     connections: AtomicUsize,
@@ -41,8 +45,9 @@ struct Shared {
 }
 
 impl Server {
-    /// Binds `cfg.bind` and serves `arena`'s published buffers to authenticated clients.
-    pub fn start(cfg: &Config, owner: &str, arena: Arc<Arena>) -> Result<Server> {
+    /// Binds `cfg.bind` and serves `arena`'s published buffers to authenticated clients,
+    /// counting what it serves, and every failure, in `metrics` (path `tcp`, role `serve`).
+    pub fn start(cfg: &Config, owner: &str, arena: Arc<Arena>, metrics: Arc<Metrics>) -> Result<Server> {
         let listener = TcpListener::bind(cfg.bind).map_err(io(format!("bind {}", cfg.bind)))?;
         let addr = listener.local_addr().map_err(io("listener address"))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -50,6 +55,7 @@ impl Server {
             secret: cfg.secret.clone(),
             owner: owner.to_string(),
             arena,
+            metrics,
             max_frame: cfg.max_frame,
             sendfile: cfg.sendfile,
             connections: AtomicUsize::new(0),
@@ -66,6 +72,7 @@ impl Server {
                     let Ok(mut stream) = stream else { continue };
                     if shared.connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
                         shared.connections.fetch_sub(1, Ordering::AcqRel);
+                        shared.metrics.serve_error(Path::Tcp);
                         let _ = frame::write(
                             &mut stream,
                             Kind::Err,
@@ -73,13 +80,21 @@ impl Server {
                         );
                         continue;
                     }
-                    let shared = shared.clone();
+                    let conn = shared.clone();
                     let spawned = std::thread::Builder::new().name("accel-transport-conn".into()).spawn(move || {
-                        let _ = serve(&mut stream, &shared);
-                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                        // A connection that ends other than by the peer closing it between
+                        // requests (a failed handshake, a malformed request, a peer that hung up
+                        // mid-stream) is one serve error.
+                        if serve(&mut stream, &conn).is_err() {
+                            conn.metrics.serve_error(Path::Tcp);
+                        }
+                        conn.connections.fetch_sub(1, Ordering::AcqRel);
                     });
                     if spawned.is_err() {
-                        // The closure (and its count) was dropped with the failed spawn.
+                        // The closure (and its count) was dropped with the failed spawn; the
+                        // connection closes unserved.
+                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                        shared.metrics.serve_error(Path::Tcp);
                     }
                 }
             })
@@ -101,33 +116,21 @@ impl Drop for Server {
     }
 }
 
+/// Serves one connection until the peer closes it between requests (`Ok`) or something fails
+/// (`Err`). Counts each buffer it sends, and each `Get` it refuses, in `sh.metrics`.
 fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
     s.set_nodelay(true).map_err(io("nodelay"))?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io("timeout"))?;
     s.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
     server_handshake(s, &sh.secret, &sh.owner)?;
     s.set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
-    loop {
-        let (kind, payload) = frame::read(s, MAX_CONTROL)?;
+    while let Some((kind, payload)) = next_request(s)? {
         match kind {
             Kind::Get => {
-                let (buffer, want) = (frame::u64_at(&payload, 0)?, frame::u64_at(&payload, 8)?);
-                match sh.arena.lookup_file(buffer) {
-                    None => frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?,
-                    Some((_, len, _)) if len != want => {
-                        frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "length mismatch"))?
-                    }
-                    Some((map, len, file)) => {
-                        // SAFETY: `map` keeps the mapping alive; it is at least `len` bytes.
-                        let data = unsafe { std::slice::from_raw_parts(map.as_ptr(), len as usize) };
-                        if send(s, data, sh.sendfile.then_some(&file), sh.max_frame as usize)? {
-                            // `sendfile` queued references to the segment's pages, not copies:
-                            // keep the buffer (`map`) from being recycled until the peer has
-                            // them all.
-                            drain(s);
-                        }
-                        drop(map);
-                    }
+                let started = Instant::now();
+                match serve_get(s, sh, &payload)? {
+                    Some(bytes) => sh.metrics.served(Path::Tcp, bytes, started.elapsed()),
+                    None => sh.metrics.serve_error(Path::Tcp),
                 }
             }
             Kind::Free => {
@@ -144,6 +147,50 @@ fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
                 let _ = frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, &msg));
                 return Err(Error::Protocol(msg));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the next request frame; `None` when the peer closed the connection (or left it idle
+/// past the timeout) before sending a byte of it, which ends a connection normally.
+fn next_request(s: &mut TcpStream) -> Result<Option<(Kind, Vec<u8>)>> {
+    let mut first = [0u8; 1];
+    loop {
+        match s.read(&mut first) {
+            Ok(0) => return Ok(None),
+            Ok(_) => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if is_disconnect(&e) || matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(io("read frame header")(e)),
+        }
+    }
+    frame::read(&mut (&first[..]).chain(&mut *s), MAX_CONTROL).map(Some)
+}
+
+/// Answers one `Get`: streams the buffer and returns its length, or answers an `Err` frame
+/// (unknown buffer, length mismatch) and returns `None`. `Err` when the connection failed.
+fn serve_get(s: &mut TcpStream, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
+    let (buffer, want) = (frame::u64_at(payload, 0)?, frame::u64_at(payload, 8)?);
+    match sh.arena.lookup_file(buffer) {
+        None => {
+            frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published")).map(|()| None)
+        }
+        Some((_, len, _)) if len != want => {
+            frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "length mismatch")).map(|()| None)
+        }
+        Some((map, len, file)) => {
+            // SAFETY: `map` keeps the mapping alive; it is at least `len` bytes.
+            let data = unsafe { std::slice::from_raw_parts(map.as_ptr(), len as usize) };
+            if send(s, data, sh.sendfile.then_some(&file), sh.max_frame as usize)? {
+                // `sendfile` queued references to the segment's pages, not copies: keep the
+                // buffer (`map`) from being recycled until the peer has them all.
+                drain(s);
+            }
+            drop(map);
+            Ok(Some(len))
         }
     }
 }

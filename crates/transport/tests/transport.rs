@@ -1,5 +1,6 @@
 //! End-to-end tests of the transport with real peers on loopback: handshakes, streaming,
-//! pool bounds, recycling under consumer locks, orphan sweeping and peers that die mid-stream.
+//! pool bounds, recycling under consumer locks, orphan sweeping, peers that die mid-stream and
+//! the owner's count of what it serves.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use accel_transport::frame::{self, Kind, MAX_CONTROL};
 use accel_transport::{
-    client_handshake, server_handshake, size_class, sweep_orphans, Config, Descriptor, Error, Identity, Transport,
+    client_handshake, server_handshake, size_class, sweep_orphans, Client, Config, Descriptor, Error, Identity, Path,
+    PathStats, Role, Transport,
 };
 
 const SECRET: &[u8] = b"test-cluster-secret-0123456789";
@@ -320,4 +322,78 @@ fn an_owner_sending_more_than_the_reference_says_is_cut_off() {
     }
     drop(consumer);
     fake.join().unwrap();
+}
+
+/// The owner's count of what its server served over TCP, once it reaches `done` (the server
+/// records after its last write, which can be after the consumer has returned).
+fn served_until(owner: &Transport, done: impl Fn(&PathStats) -> bool) -> PathStats {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = owner.metrics().get(Role::Serve, Path::Tcp);
+        if done(&s) || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_owner_counts_what_it_serves_and_every_failed_connection() {
+    let cfg = config("served");
+    let owner = Transport::start(cfg.clone()).unwrap();
+    let data = pattern(100_000);
+    let d = publish(&owner, &data);
+    let client = Client::new(&cfg);
+    let mut got = vec![0u8; data.len()];
+    client.fetch(&d.endpoint, &d.owner, d.buffer, &mut got).unwrap();
+    assert!(got == data);
+    let s = served_until(&owner, |s| s.transfers == 1);
+    assert_eq!((s.transfers, s.bytes, s.errors), (1, 100_000, 0), "{s:?}");
+    assert_eq!(*s.buckets.last().unwrap(), 1);
+    assert!(s.latency_sum_s > 0.0);
+    let text = owner.metrics().render_prometheus(Some(owner.pool()));
+    assert!(text.contains("accel_transport_bytes_total{path=\"tcp\",role=\"serve\"} 100000"), "{text}");
+    assert!(text.contains("accel_transport_latency_seconds_count{path=\"tcp\",role=\"serve\"} 1"));
+    assert!(text.contains("accel_transport_transfers_total{path=\"tcp\",role=\"fetch\"} 0"), "served is not fetched");
+
+    // A consumer closing its connection between requests is the normal end: no error.
+    drop(client);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(owner.metrics().get(Role::Serve, Path::Tcp).errors, 0);
+
+    // An unknown buffer id: one error, nothing more served.
+    let consumer = Transport::start(cfg.clone()).unwrap();
+    consumer.free(&d).unwrap(); // a free is not a transfer
+    assert!(matches!(consumer.fetch_tcp(&d, &mut got), Err(Error::Freed { .. })));
+    let s = served_until(&owner, |s| s.errors == 1);
+    assert_eq!((s.transfers, s.bytes, s.errors), (1, 100_000, 1), "{s:?}");
+
+    // A failed handshake: a client with the wrong secret, then one that connects and leaves.
+    let mut wrong = cfg.clone();
+    wrong.secret = b"not-the-cluster-secret!!".to_vec();
+    let thief = Transport::start(wrong).unwrap();
+    let d = publish(&owner, &data);
+    assert!(matches!(thief.fetch_tcp(&d, &mut got), Err(Error::Auth(_))));
+    assert_eq!(served_until(&owner, |s| s.errors == 2).errors, 2);
+    drop(TcpStream::connect(owner.endpoint()).unwrap());
+    assert_eq!(served_until(&owner, |s| s.errors == 3).errors, 3);
+
+    // A peer that hangs up mid-stream.
+    let big = publish(&owner, &pattern(32 << 20));
+    let mut s = TcpStream::connect(owner.endpoint()).unwrap();
+    client_handshake(&mut s, SECRET).unwrap();
+    let mut req = big.buffer.to_le_bytes().to_vec();
+    req.extend_from_slice(&big.len.to_le_bytes());
+    frame::write(&mut s, Kind::Get, &req).unwrap();
+    s.read_exact(&mut [0u8; 100_000]).unwrap();
+    drop(s);
+    let s = served_until(&owner, |s| s.errors == 4);
+    assert_eq!((s.transfers, s.bytes, s.errors), (1, 100_000, 4), "{s:?}");
+
+    // The server still serves, and counts, afterwards; the consumer's own server served nothing.
+    consumer.fetch_tcp(&d, &mut got).unwrap();
+    let s = served_until(&owner, |s| s.transfers == 2);
+    assert_eq!((s.transfers, s.bytes, s.errors), (2, 200_000, 4), "{s:?}");
+    let c = consumer.metrics().get(Role::Serve, Path::Tcp);
+    assert_eq!((c.transfers, c.bytes, c.errors), (0, 0, 0), "{c:?}");
 }
