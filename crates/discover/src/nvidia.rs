@@ -1,12 +1,13 @@
 //! The NVIDIA plugin: GPUs from NVML (live or recorded) with memory, UUID, serial, NVLink
-//! (direct, through NVSwitch, C2C) and the NVLink fabric clique; without NVML, from procfs
-//! (`/proc/driver/nvidia/gpus/*/information`) with a warning that links are unknown.
+//! (direct, through NVSwitch, C2C), the NVLink fabric clique and MIG devices (each reported as a
+//! partition of its GPU); without NVML, from procfs (`/proc/driver/nvidia/gpus/*/information`)
+//! with a warning that links are unknown.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, Machine, PciAddr, Warning};
+use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, Machine, Partition, PciAddr, Warning};
 
-use crate::nvml::{parse_recorded, NvmlSnapshot, RemoteType};
+use crate::nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, RemoteType};
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
 
@@ -39,8 +40,9 @@ impl Vendor for Nvidia {
                 None => Err("NVML is not available".to_owned()),
             },
         };
+        let mut partitions = BTreeMap::new();
         match snapshot {
-            Ok(snapshot) => apply_nvml(host, platform, &snapshot, &mut gpus, &mut report),
+            Ok(snapshot) => partitions = apply_nvml(host, platform, &snapshot, &mut gpus, &mut report),
             Err(e) => {
                 procfs(host, &mut gpus, &mut report.warnings);
                 if !gpus.is_empty() {
@@ -52,12 +54,27 @@ impl Vendor for Nvidia {
                 }
             }
         }
-        report.accelerators = gpus.into_values().collect();
+        // A GPU split into MIG devices is reported as its partitions instead of as a whole.
+        for (addr, gpu) in gpus {
+            match partitions.remove(&addr) {
+                Some(parts) => report.accelerators.extend(parts),
+                None => report.accelerators.push(gpu),
+            }
+        }
         report
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        let mut isolation = isolate_by_index(devices, &["CUDA_VISIBLE_DEVICES"]);
+        // CUDA takes MIG devices only by UUID (`MIG-...`). When a MIG partition is among the
+        // devices, every device is named by UUID (`GPU-...` for whole GPUs, which CUDA also
+        // accepts), falling back to the index where the UUID is unknown.
+        let mut isolation = if devices.iter().any(|d| d.partition.is_some()) {
+            let list: Vec<String> =
+                devices.iter().map(|d| d.uuid.clone().unwrap_or_else(|| d.index.to_string())).collect();
+            Isolation { env: [("CUDA_VISIBLE_DEVICES".to_owned(), list.join(","))].into() }
+        } else {
+            isolate_by_index(devices, &["CUDA_VISIBLE_DEVICES"])
+        };
         // Our indices are PCI bus order (as NVML's); CUDA's default order is "fastest first".
         isolation.env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
         isolation
@@ -68,13 +85,16 @@ fn parse_bus_id(text: &str) -> Option<PciAddr> {
     text.trim().to_ascii_lowercase().parse().ok()
 }
 
+/// Applies the snapshot to the GPUs found on PCI (adding any NVML lists that PCI does not), and
+/// returns the MIG partitions of every GPU that is split into MIG devices.
 fn apply_nvml(
     host: &Host,
     platform: &Machine,
     snap: &NvmlSnapshot,
     gpus: &mut BTreeMap<PciAddr, Accelerator>,
     report: &mut Report,
-) {
+) -> BTreeMap<PciAddr, Vec<Accelerator>> {
+    let mut partitions: BTreeMap<PciAddr, Vec<Accelerator>> = BTreeMap::new();
     for e in &snap.errors {
         report.warnings.push(Warning { source: SRC.into(), path: None, message: format!("NVML: {e}") });
     }
@@ -106,14 +126,26 @@ fn apply_nvml(
         if dev.memory_bytes.is_some() {
             acc.memory_bytes = dev.memory_bytes;
         }
-        if dev.mig_enabled == Some(true) {
-            report.warnings.push(Warning {
-                source: SRC.into(),
-                path: None,
-                message: format!("GPU {addr} has MIG enabled; MIG instances are reported as the whole GPU"),
-            });
-        }
+        let parent = acc.clone();
         by_pci.insert(addr, acc.id.clone());
+        let warn = |message: String| Warning { source: SRC.into(), path: None, message };
+        if dev.mig_enabled != Some(true) {
+            if !dev.mig_devices.is_empty() {
+                report.warnings.push(warn(format!(
+                    "GPU {addr} lists {} MIG devices but MIG mode is not enabled; they are ignored",
+                    dev.mig_devices.len()
+                )));
+            }
+            continue;
+        }
+        let parts = mig_partitions(&parent, dev, &mut report.warnings);
+        if parts.is_empty() {
+            report
+                .warnings
+                .push(warn(format!("GPU {addr} has MIG enabled but no MIG devices; it is reported as the whole GPU")));
+        } else {
+            partitions.insert(addr, parts);
+        }
     }
     // NVLink: direct GPU links counted per peer, NVSwitch links per GPU.
     let mut direct: BTreeMap<(String, String), u32> = BTreeMap::new();
@@ -157,6 +189,10 @@ fn apply_nvml(
             links.push(Link { a: (*a).clone(), b: (*b).clone(), kind: LinkKind::Nvswitch, count, gbps });
         }
     }
+    // MIG devices have no GPU-to-GPU peer access (neither NVLink nor PCIe, NVIDIA's MIG user
+    // guide): a GPU split into MIG devices keeps no scale-up link and joins no NVLink clique.
+    let split: BTreeSet<&str> = partitions.keys().filter_map(|addr| by_pci.get(addr)).map(String::as_str).collect();
+    links.retain(|l| !split.contains(l.a.as_str()) && !split.contains(l.b.as_str()));
     report.links.extend(links);
     // The NVLink clique: GPUs whose fabric registration completed, grouped by cluster and clique.
     let mut cliques: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -165,6 +201,7 @@ fn apply_nvml(
             continue;
         };
         match fabric.clique() {
+            Some(_) if split.contains(id.as_str()) => {}
             Some(name) => {
                 cliques.entry(name).or_default().insert(id.clone());
             }
@@ -187,6 +224,47 @@ fn apply_nvml(
             accelerators: members.into_iter().collect(),
         });
     }
+    partitions
+}
+
+/// The MIG devices of one GPU as partitions of it: same PCI address, NUMA node, SKU and serial
+/// as the parent; their own id (`<parent id>-mig<N>`), UUID and memory. A MIG device without a
+/// usable UUID cannot be selected (CUDA takes MIG devices by UUID only) and is skipped with a
+/// warning, as is a repeated index.
+fn mig_partitions(parent: &Accelerator, dev: &NvmlDevice, warnings: &mut Vec<Warning>) -> Vec<Accelerator> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for mig in &dev.mig_devices {
+        let mut warn = |what: &str| {
+            warnings.push(Warning {
+                source: SRC.into(),
+                path: None,
+                message: format!("MIG device {} of GPU {}: {what}; skipped", mig.index, parent.id),
+            });
+        };
+        let usable = |u: &&str| {
+            !u.is_empty() && u.len() <= 128 && !u.chars().any(|c| c == ',' || c.is_whitespace() || c.is_control())
+        };
+        let Some(uuid) = mig.uuid.as_deref().map(str::trim).filter(usable) else {
+            warn("no usable UUID");
+            continue;
+        };
+        if !seen.insert(mig.index) {
+            warn("index listed twice");
+            continue;
+        }
+        let mut acc = parent.clone();
+        acc.id = format!("{}-mig{}", parent.id, mig.index);
+        acc.uuid = Some(uuid.to_owned());
+        acc.memory_bytes = mig.memory_bytes;
+        acc.partition = Some(Partition {
+            physical_id: parent.id.clone(),
+            index: mig.index,
+            mode: mig.profile_name().map_or_else(|| "MIG".to_owned(), |p| format!("MIG {p}")),
+        });
+        out.push(acc);
+    }
+    out
 }
 
 /// What `/proc/driver/nvidia/gpus/<bdf>/information` says: `Model:`, `GPU UUID:`, `Bus Location:`.

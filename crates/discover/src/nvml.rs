@@ -42,6 +42,11 @@ pub struct NvmlDevice {
     /// `nvmlDeviceGetMigMode` current mode; `None` when the device does not support MIG.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_enabled: Option<bool>,
+    /// The MIG devices (GPU instance + compute instance) that exist, from
+    /// `nvmlDeviceGetMigDeviceHandleByIndex` over `nvmlDeviceGetMaxMigDeviceCount` slots. Absent in
+    /// recordings made before MIG was read (`serde(default)`), and empty when MIG is off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<NvmlMigDevice>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvlinks: Vec<NvmlLink>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +54,47 @@ pub struct NvmlDevice {
     /// `NVML_FI_DEV_C2C_LINK_COUNT`: NVLink-C2C links to the CPU (Grace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub c2c_links: Option<u32>,
+}
+
+/// One MIG device of a GPU with MIG mode enabled, read through its MIG device handle.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlMigDevice {
+    /// The slot index passed to `nvmlDeviceGetMigDeviceHandleByIndex`.
+    pub index: u32,
+    /// `nvmlDeviceGetUUID` on the MIG handle: `MIG-<uuid>`, what `CUDA_VISIBLE_DEVICES` takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// `nvmlDeviceGetName` on the MIG handle (`NVIDIA H100 80GB HBM3 MIG 1g.10gb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The GPU instance profile name (`1g.10gb`); when absent, taken from `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// `nvmlDeviceGetMemoryInfo().total` on the MIG handle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
+}
+
+impl NvmlMigDevice {
+    /// The profile name: `profile` when recorded, else the word after `MIG ` in the device name
+    /// (`NVIDIA H100 80GB HBM3 MIG 1g.10gb` -> `1g.10gb`). Never empty.
+    pub fn profile_name(&self) -> Option<String> {
+        let clean = |p: &str| {
+            let p = p.trim();
+            (!p.is_empty() && p.len() <= 64 && !p.chars().any(char::is_control)).then(|| p.to_owned())
+        };
+        if let Some(p) = self.profile.as_deref().and_then(clean) {
+            return Some(p);
+        }
+        let name = self.name.as_deref()?;
+        let (_, rest) = name.rsplit_once("MIG ")?;
+        rest.split_whitespace().next().and_then(clean)
+    }
 }
 
 /// One NVLink of a GPU (`nvmlDeviceGetNvLinkState`, `...RemotePciInfo`, `...RemoteDeviceType`).
@@ -134,10 +180,50 @@ mod tests {
         assert!(parse_recorded(r#"{"devices":[{"index":-1}]}"#).is_err());
     }
 
+    #[test]
+    fn mig_fields() {
+        // Recordings without MIG fields still load.
+        let old = parse_recorded(r#"{"devices":[{"index":0,"pci_bus_id":"0","mig_enabled":true}]}"#).unwrap();
+        assert!(old.devices[0].mig_devices.is_empty());
+        let s = parse_recorded(
+            r#"{"devices":[{"index":0,"pci_bus_id":"0","mig_enabled":true,"mig_devices":[
+                {"index":2,"uuid":"MIG-a","name":"NVIDIA H100 80GB HBM3 MIG 1g.10gb","memory_bytes":10}]}]}"#,
+        )
+        .unwrap();
+        let m = &s.devices[0].mig_devices[0];
+        assert_eq!((m.index, m.uuid.as_deref(), m.profile_name().as_deref()), (2, Some("MIG-a"), Some("1g.10gb")));
+        let with = |profile: Option<&str>, name: Option<&str>| NvmlMigDevice {
+            profile: profile.map(Into::into),
+            name: name.map(Into::into),
+            ..NvmlMigDevice::default()
+        };
+        assert_eq!(with(Some("3g.40gb"), Some("x MIG 1g.10gb")).profile_name().as_deref(), Some("3g.40gb"));
+        assert_eq!(with(Some(" "), Some("MIG ")).profile_name(), None);
+        assert_eq!(with(None, Some("NVIDIA H100")).profile_name(), None);
+        assert!(parse_recorded(r#"{"devices":[{"index":0,"pci_bus_id":"0","mig_devices":[{"uuid":1}]}]}"#).is_err());
+    }
+
     proptest! {
         #[test]
         fn parse_never_panics(text in ".{0,80}") {
             let _ = parse_recorded(&text);
+        }
+
+        #[test]
+        fn mig_garbage_never_panics(
+            uuid in proptest::option::of(".{0,40}"),
+            name in proptest::option::of(".{0,60}"),
+            profile in proptest::option::of(".{0,20}"),
+            index in any::<u32>(),
+            memory in proptest::option::of(any::<u64>()),
+        ) {
+            let m = NvmlMigDevice { index, uuid, name, profile, memory_bytes: memory, ..NvmlMigDevice::default() };
+            if let Some(p) = m.profile_name() {
+                prop_assert!(!p.is_empty());
+            }
+            let json = serde_json::to_string(&m).unwrap();
+            let back: NvmlMigDevice = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(back, m);
         }
     }
 }

@@ -35,7 +35,7 @@ mod live {
     pub struct Live {
         nvml: Nvml,
         /// A second handle on the same library for the calls nvml-wrapper does not wrap
-        /// (`nvmlDeviceGetGpuFabricInfo`); `None` if it cannot be loaded.
+        /// (`nvmlDeviceGetGpuFabricInfo`, the MIG device handles); `None` if it cannot be loaded.
         raw: Option<fabric::RawLib>,
     }
 
@@ -115,6 +115,12 @@ mod live {
                         Ok(f) => dev.fabric = f,
                         Err(e) => snap.errors.push(format!("nvmlDeviceGetGpuFabricInfo(device {index}): {e}")),
                     }
+                    if dev.mig_enabled == Some(true) {
+                        match raw.mig_devices(&self.nvml, &device) {
+                            Ok(m) => dev.mig_devices = m,
+                            Err(e) => snap.errors.push(format!("{e} (device {index})")),
+                        }
+                    }
                 }
                 snap.devices.push(dev);
             }
@@ -125,14 +131,15 @@ mod live {
     /// The one unwrapped call, on a second handle of the same (already loaded) library.
     #[allow(unsafe_code)]
     mod fabric {
-        use nvml_wrapper::Device;
-        use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfo_t, NvmlLib};
+        use nvml_wrapper::{Device, Nvml};
+        use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlGpuFabricInfo_t, NvmlLib};
 
-        use crate::nvml::NvmlFabric;
+        use crate::nvml::{NvmlFabric, NvmlMigDevice};
 
-        /// `NVML_SUCCESS`, `NVML_ERROR_NOT_SUPPORTED`.
+        /// `NVML_SUCCESS`, `NVML_ERROR_NOT_SUPPORTED`, `NVML_ERROR_NOT_FOUND`.
         const SUCCESS: u32 = 0;
         const NOT_SUPPORTED: u32 = 3;
+        const NOT_FOUND: u32 = 6;
 
         pub struct RawLib(NvmlLib);
 
@@ -140,16 +147,67 @@ mod live {
             pub fn open() -> Option<RawLib> {
                 // SAFETY: loading libnvidia-ml runs its initialisers, which nvml-wrapper has already
                 // done for the same library in this process (Nvml::init succeeded first).
-                let lib = unsafe { NvmlLib::new("libnvidia-ml.so.1") }.ok()?;
-                // Drivers older than R535 lack the symbol: then there is no fabric to read.
-                lib.nvmlDeviceGetGpuFabricInfo.is_ok().then_some(RawLib(lib))
+                unsafe { NvmlLib::new("libnvidia-ml.so.1") }.ok().map(RawLib)
+            }
+
+            /// The GPU's MIG devices (GPU mode MIG enabled): every occupied slot up to
+            /// `nvmlDeviceGetMaxMigDeviceCount`, read through its MIG handle. nvml-wrapper 0.11
+            /// wraps only `nvmlDeviceGetMigMode`, so the handles come from the raw library and
+            /// are then read through nvml-wrapper's `Device` (UUID, name, memory).
+            pub fn mig_devices(&self, nvml: &Nvml, device: &Device) -> Result<Vec<NvmlMigDevice>, String> {
+                let lib = &self.0;
+                let (Ok(max_count), Ok(by_index)) =
+                    (&lib.nvmlDeviceGetMaxMigDeviceCount, &lib.nvmlDeviceGetMigDeviceHandleByIndex)
+                else {
+                    return Err("nvmlDeviceGetMigDeviceHandleByIndex: not in this driver".into());
+                };
+                let mut max = 0;
+                // SAFETY: the handle comes from a live `Device` of an initialised NVML; `max` is writable.
+                let ret = unsafe { max_count(device.handle(), &mut max) };
+                if ret != SUCCESS {
+                    return Err(format!("nvmlDeviceGetMaxMigDeviceCount: NVML error {ret}"));
+                }
+                let mut out = Vec::new();
+                // NVML caps MIG devices per GPU at 7 (A100/H100) or 8; bound the loop anyway.
+                for index in 0..max.min(64) {
+                    let mut handle: nvmlDevice_t = std::ptr::null_mut();
+                    // SAFETY: as above; `handle` is a writable handle slot.
+                    let ret = unsafe { by_index(device.handle(), index, &mut handle) };
+                    match ret {
+                        SUCCESS if !handle.is_null() => {}
+                        // An empty slot (no MIG device at this index).
+                        SUCCESS | NOT_FOUND => continue,
+                        code => return Err(format!("nvmlDeviceGetMigDeviceHandleByIndex({index}): NVML error {code}")),
+                    }
+                    // SAFETY: NVML returned this MIG device handle for a live parent device; it
+                    // stays valid while NVML is initialised, which outlives this call.
+                    let mig = unsafe { Device::new(handle, nvml) };
+                    let instance_id = |f: &Result<unsafe extern "C" fn(nvmlDevice_t, *mut u32) -> u32, _>| {
+                        let f = f.as_ref().ok()?;
+                        let mut id = 0;
+                        // SAFETY: a valid MIG handle and a writable id.
+                        (unsafe { f(handle, &mut id) } == SUCCESS).then_some(id)
+                    };
+                    out.push(NvmlMigDevice {
+                        index,
+                        uuid: mig.uuid().ok(),
+                        name: mig.name().ok(),
+                        profile: None,
+                        memory_bytes: mig.memory_info().ok().map(|m| m.total),
+                        gpu_instance_id: instance_id(&lib.nvmlDeviceGetGpuInstanceId),
+                        compute_instance_id: instance_id(&lib.nvmlDeviceGetComputeInstanceId),
+                    });
+                }
+                Ok(out)
             }
 
             pub fn fabric(&self, device: &Device) -> Result<Option<NvmlFabric>, String> {
+                // Drivers older than R535 lack the symbol: then there is no fabric to read.
+                let Ok(get_fabric) = &self.0.nvmlDeviceGetGpuFabricInfo else { return Ok(None) };
                 let mut info = nvmlGpuFabricInfo_t { clusterUuid: [0; 16], status: 0, cliqueId: 0, state: 0 };
-                // SAFETY: the handle comes from a live `Device` of an initialised NVML; the symbol was
-                // checked present in `open`; `info` is a properly sized, writable struct.
-                let ret = unsafe { self.0.nvmlDeviceGetGpuFabricInfo(device.handle(), &mut info) };
+                // SAFETY: the handle comes from a live `Device` of an initialised NVML; the symbol is
+                // present; `info` is a properly sized, writable struct.
+                let ret = unsafe { get_fabric(device.handle(), &mut info) };
                 match ret {
                     SUCCESS => {
                         let u = info.clusterUuid;

@@ -86,7 +86,7 @@ fn all_pairs(m: &Machine, want: &str) {
 }
 
 /// Captures too large to embed in the binary, read from test_data only.
-const TEST_ONLY: &[&str] = &["mi300x-cpx"];
+const TEST_ONLY: &[&str] = &["mi300x-cpx", "dgx-h100-mig"];
 
 fn test_only(name: &str) -> Machine {
     let tree = MemTree::parse_bundle(&accel_testdata::bundle(name)).unwrap();
@@ -130,6 +130,84 @@ fn mi300x_cpx_partitions() {
     assert_eq!(class(&m, 0, 8), "XGMI1");
     let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[9].id]);
     assert_eq!(iso.env["HIP_VISIBLE_DEVICES"], "9");
+}
+
+#[test]
+fn dgx_h100_mig_partitions() {
+    // dgx-h100 with GPU0 split into 7x 1g.10gb and GPU1 into 2x 3g.40gb; six GPUs whole.
+    let m = test_only("dgx-h100-mig");
+    assert_eq!(m.accelerators.len(), 7 + 2 + 6);
+    assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("nvidia-h100-sxm")));
+    let of = |gpu: &str| -> Vec<&accel_model::Accelerator> {
+        m.accelerators.iter().filter(|a| a.partition.as_ref().is_some_and(|p| p.physical_id == gpu)).collect()
+    };
+    let (gpu0, gpu1) = (of("nvidia-0000:18:00.0"), of("nvidia-0000:2a:00.0"));
+    assert_eq!((gpu0.len(), gpu1.len()), (7, 2));
+    for (k, a) in gpu0.iter().enumerate() {
+        assert_eq!(a.id, format!("nvidia-0000:18:00.0-mig{k}"));
+        assert_eq!(a.index, k as u32);
+        let p = a.partition.as_ref().unwrap();
+        assert_eq!((p.index, p.mode.as_str()), (k as u32, "MIG 1g.10gb"));
+        assert_eq!(a.memory_bytes, Some(10468982784), "9.75 GiB");
+        assert!(a.uuid.as_deref().unwrap().starts_with("MIG-"));
+        // Same PCI function, NUMA node and board serial as the parent GPU.
+        assert_eq!(a.pci.unwrap().to_string(), "0000:18:00.0");
+        assert_eq!((a.numa_node, a.serial.as_deref()), (Some(0), Some("1650000000")));
+    }
+    assert!(gpu1.iter().all(|a| a.partition.as_ref().unwrap().mode == "MIG 3g.40gb"));
+    assert!(gpu1.iter().all(|a| a.memory_bytes == Some(42412802048)));
+    // MIG-disabled GPUs are reported exactly as in dgx-h100 (indices follow the partitions).
+    let plain = machine("dgx-h100");
+    for (a, b) in m.accelerators[9..].iter().zip(&plain.accelerators[2..]) {
+        assert_eq!((a.index, &a.id), (b.index + 7, &b.id));
+        let mut a = a.clone();
+        a.index = b.index;
+        assert_eq!(&a, b);
+    }
+    // No P2P for MIG devices: split GPUs keep no NVLink; the six whole GPUs keep NV18.
+    assert_eq!(m.links.len(), 15);
+    assert!(m.links.iter().all(|l| !l.a.contains("-mig") && !l.b.contains("-mig")));
+    assert_eq!(class(&m, 9, 10), "NV18");
+    // Two MIG devices of one GPU: no link, same PCI function below a PCIe switch, so PIX.
+    assert_eq!(class(&m, 0, 6), "PIX");
+    // Across GPUs (their own host bridges, same socket) NODE, across sockets SYS.
+    assert_eq!(class(&m, 0, 7), "NODE");
+    assert_eq!(class(&m, 0, 9), "NODE");
+    assert_eq!(class(&m, 0, 14), "SYS");
+    assert_eq!(nic_class(&m, 3, "mlx5_0"), "PXB");
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    // Isolation by MIG UUID; with a whole GPU in the set, it is named by its GPU UUID.
+    let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[1].id, &m.accelerators[8].id]);
+    assert_eq!(
+        iso.env["CUDA_VISIBLE_DEVICES"],
+        format!("{},{}", m.accelerators[1].uuid.as_deref().unwrap(), m.accelerators[8].uuid.as_deref().unwrap())
+    );
+    assert_eq!(iso.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+    let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[0].id, &m.accelerators[9].id]);
+    assert_eq!(
+        iso.env["CUDA_VISIBLE_DEVICES"],
+        "MIG-000051a0-0000-5000-8000-001650000000,GPU-62590080-0000-0000-0000-000000000002"
+    );
+    // The MIG fields survive a capture, whether NVML was recorded or (as live) a source.
+    let bytes = accel_testdata::bundle("dgx-h100-mig");
+    let tree = Arc::new(MemTree::parse_bundle(&bytes).unwrap());
+    let text = String::from_utf8(bytes).unwrap();
+    let (_, entry) = text.split_once("F /accel/nvml.json ").unwrap();
+    let (len, rest) = entry.split_once('\n').unwrap();
+    let text = &rest[..len.parse::<usize>().unwrap()];
+    let source = accel_discover::nvml::RecordedNvml(accel_discover::nvml::parse_recorded(text));
+    for host in [
+        Host::in_memory(tree.clone(), SkuRegistry::builtin()),
+        Host::in_memory(tree.clone(), SkuRegistry::builtin()).with_nvml(Arc::new(source)),
+    ] {
+        let original = discover(&host, &default_plugins());
+        assert_eq!(original, m);
+        let (captured, warnings) = capture::capture(&host, &original);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let bundle = captured.to_bundle();
+        let replay = Host::in_memory(Arc::new(MemTree::parse_bundle(&bundle).unwrap()), SkuRegistry::builtin());
+        assert_eq!(discover(&replay, &default_plugins()), m);
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accel_discover::fs::MemTree;
-use accel_discover::nvml::{NvmlDevice, NvmlFabric, NvmlSnapshot, RecordedNvml};
+use accel_discover::nvml::{NvmlDevice, NvmlFabric, NvmlMigDevice, NvmlSnapshot, RecordedNvml};
 use accel_discover::{default_plugins, discover, Host, NetConfig};
 use accel_model::{DomainKind, Machine, SkuRegistry};
 use proptest::prelude::*;
@@ -131,6 +131,83 @@ fn nvlink_direct_and_unknown_remotes() {
     assert_eq!(m.links[0].gbps, Some(200.0), "H100 NVL: 600 GB/s over 12 links");
 }
 
+/// Two H100s on PCI and NVML devices for them, the first with `mig0`, the second with `mig1`.
+fn mig_machine(mig0: (Option<bool>, Vec<NvmlMigDevice>), mig1: (Option<bool>, Vec<NvmlMigDevice>)) -> Machine {
+    let mut t = MemTree::new();
+    pci(&mut t, "0000:18:00.0", "10DE:2330", "30200");
+    pci(&mut t, "0000:2a:00.0", "10DE:2330", "30200");
+    let dev = |index, bus: &str, (mig_enabled, mig_devices): (Option<bool>, Vec<NvmlMigDevice>)| NvmlDevice {
+        index,
+        pci_bus_id: bus.into(),
+        uuid: Some(format!("GPU-{index}")),
+        memory_bytes: Some(85520809984),
+        mig_enabled,
+        mig_devices,
+        ..Default::default()
+    };
+    let snap = NvmlSnapshot {
+        devices: vec![dev(0, "00000000:18:00.0", mig0), dev(1, "00000000:2A:00.0", mig1)],
+        ..Default::default()
+    };
+    let host = Host::in_memory(Arc::new(t), SkuRegistry::builtin()).with_nvml(Arc::new(RecordedNvml(Ok(snap))));
+    discover(&host, &default_plugins())
+}
+
+fn mig(index: u32, uuid: Option<&str>, name: Option<&str>, memory: Option<u64>) -> NvmlMigDevice {
+    NvmlMigDevice {
+        index,
+        uuid: uuid.map(Into::into),
+        name: name.map(Into::into),
+        memory_bytes: memory,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn mig_enabled_without_instances_is_the_whole_gpu() {
+    let m = mig_machine((Some(true), vec![]), (Some(false), vec![]));
+    assert_eq!(m.accelerators.len(), 2);
+    assert!(m.accelerators.iter().all(|a| a.partition.is_none() && a.memory_bytes == Some(85520809984)));
+    assert!(warned(&m, "GPU 0000:18:00.0 has MIG enabled but no MIG devices"));
+    assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
+}
+
+#[test]
+fn mig_garbage_is_skipped_with_warnings() {
+    let good = mig(3, Some("MIG-abc"), Some("weird name"), None);
+    let m = mig_machine(
+        (
+            Some(true),
+            vec![
+                mig(0, None, Some("x MIG 1g.10gb"), Some(1)),
+                mig(1, Some(""), None, None),
+                mig(2, Some("MIG-a,MIG-b"), None, None),
+                good.clone(),
+                mig(3, Some("MIG-dup"), None, None),
+                mig(u32::MAX, Some("MIG-max"), Some("MIG "), Some(u64::MAX)),
+            ],
+        ),
+        // MIG devices listed on a GPU whose MIG mode is off are ignored.
+        (Some(false), vec![good]),
+    );
+    let ids: Vec<&str> = m.accelerators.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["nvidia-0000:18:00.0-mig3", "nvidia-0000:18:00.0-mig4294967295", "nvidia-0000:2a:00.0"]);
+    let p = m.accelerators[0].partition.as_ref().unwrap();
+    assert_eq!((p.physical_id.as_str(), p.index, p.mode.as_str()), ("nvidia-0000:18:00.0", 3, "MIG"));
+    assert_eq!(m.accelerators[0].memory_bytes, None);
+    assert_eq!(m.accelerators[1].memory_bytes, Some(u64::MAX));
+    assert!(m.accelerators[2].partition.is_none());
+    assert!(warned(&m, "MIG device 0 of GPU nvidia-0000:18:00.0: no usable UUID; skipped"));
+    assert!(warned(&m, "MIG device 1 of GPU"));
+    assert!(warned(&m, "MIG device 2 of GPU"));
+    assert!(warned(&m, "MIG device 3 of GPU nvidia-0000:18:00.0: index listed twice"));
+    assert!(warned(&m, "GPU 0000:2a:00.0 lists 1 MIG devices but MIG mode is not enabled"));
+    // Only unusable MIG devices: the whole GPU, with a warning.
+    let m = mig_machine((Some(true), vec![mig(0, None, None, None)]), (None, vec![]));
+    assert_eq!(m.accelerators.len(), 2);
+    assert!(warned(&m, "has MIG enabled but no MIG devices"));
+}
+
 #[test]
 fn kfd_garbage() {
     let mut t = MemTree::new();
@@ -244,6 +321,41 @@ proptest! {
         t.add_file("/sys/devices/pci0000:3a/0000:3a:00.0/tile0/physical_vram_size_bytes", tile.clone());
         t.add_file("/sys/devices/pci0000:3a/0000:3a:00.0/lmem_total_bytes", tile);
         let _ = run(t);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// A recording whose MIG fields hold anything: discovery and isolation never panic, ids stay
+    /// unique, and every partition can be isolated by its UUID.
+    #[test]
+    fn mig_fields_never_panic(
+        enabled in proptest::option::of(any::<bool>()),
+        devices in proptest::collection::vec(
+            (0u32..10, proptest::option::of(".{0,40}"), proptest::option::of(".{0,60}"),
+             proptest::option::of(".{0,20}"), proptest::option::of(any::<u64>())),
+            0..10,
+        ),
+    ) {
+        let migs: Vec<NvmlMigDevice> = devices
+            .into_iter()
+            .map(|(index, uuid, name, profile, memory_bytes)| NvmlMigDevice {
+                index, uuid, name, profile, memory_bytes, ..Default::default()
+            })
+            .collect();
+        let m = mig_machine((enabled, migs), (Some(true), vec![]));
+        let mut ids: Vec<&str> = m.accelerators.iter().map(|a| a.id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        prop_assert_eq!(ids.len(), m.accelerators.len());
+        let all: Vec<&str> = m.accelerators.iter().map(|a| a.id.as_str()).collect();
+        let iso = accel_discover::isolate(&default_plugins(), &m, &all);
+        let visible = &iso.env["CUDA_VISIBLE_DEVICES"];
+        prop_assert_eq!(visible.split(',').count(), m.accelerators.len());
+        // Recorded JSON with the same garbage loads or is refused, never panics.
+        let json = serde_json::json!({"devices": [{"index": 0, "pci_bus_id": "0", "mig_enabled": enabled,
+            "mig_devices": [{"index": 0, "uuid": visible, "profile": visible}]}]});
+        prop_assert!(accel_discover::nvml::parse_recorded(&json.to_string()).is_ok());
     }
 }
 
