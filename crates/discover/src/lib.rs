@@ -73,6 +73,12 @@ pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> 
 
 /// Orders accelerators by vendor and PCI address (partitions by their index) and numbers them
 /// within each vendor, the order `CUDA_DEVICE_ORDER=PCI_BUS_ID` and its kin use.
+///
+/// An NVIDIA MIG device is not a CUDA ordinal (CUDA selects it by UUID), so a GPU split into
+/// MIG devices still takes one ordinal, and whole GPUs after it keep their real CUDA numbers;
+/// the MIG devices are numbered after every physical GPU of the node, so that each index stays
+/// unique (per-device Ray resources are named by it). AMD CPX/DPX partitions are devices of
+/// their own to HIP and are numbered in place.
 fn assign_indices(machine: &mut Machine) {
     machine.accelerators.sort_by(|a, b| {
         let key = |x: &accel_model::Accelerator| {
@@ -80,9 +86,24 @@ fn assign_indices(machine: &mut Machine) {
         };
         key(a).cmp(&key(b))
     });
-    let mut counters = std::collections::HashMap::<String, u32>::new();
-    for acc in &mut machine.accelerators {
-        let n = counters.entry(acc.vendor.clone()).or_default();
+    let is_mig = |a: &accel_model::Accelerator| a.partition.as_ref().is_some_and(|p| p.mode.starts_with("MIG"));
+    let mut ordinals = std::collections::HashMap::<String, u32>::new();
+    let mut last_physical = std::collections::HashMap::<String, String>::new();
+    for acc in machine.accelerators.iter_mut() {
+        let physical = match &acc.partition {
+            Some(p) if p.mode.starts_with("MIG") => p.physical_id.clone(),
+            _ => acc.id.clone(),
+        };
+        let n = ordinals.entry(acc.vendor.clone()).or_default();
+        if last_physical.get(&acc.vendor) != Some(&physical) {
+            *n += 1;
+            last_physical.insert(acc.vendor.clone(), physical);
+        }
+        acc.index = *n - 1;
+    }
+    let mut next_mig = ordinals;
+    for acc in machine.accelerators.iter_mut().filter(|a| is_mig(a)) {
+        let n = next_mig.get_mut(&acc.vendor).expect("counted above");
         acc.index = *n;
         *n += 1;
     }

@@ -145,7 +145,8 @@ fn dgx_h100_mig_partitions() {
     assert_eq!((gpu0.len(), gpu1.len()), (7, 2));
     for (k, a) in gpu0.iter().enumerate() {
         assert_eq!(a.id, format!("nvidia-0000:18:00.0-mig{k}"));
-        assert_eq!(a.index, k as u32);
+        // MIG devices are numbered after the node's eight physical GPUs (CUDA selects them by UUID).
+        assert_eq!(a.index, 8 + k as u32);
         let p = a.partition.as_ref().unwrap();
         assert_eq!((p.index, p.mode.as_str()), (k as u32, "MIG 1g.10gb"));
         assert_eq!(a.memory_bytes, Some(10468982784), "9.75 GiB");
@@ -156,13 +157,12 @@ fn dgx_h100_mig_partitions() {
     }
     assert!(gpu1.iter().all(|a| a.partition.as_ref().unwrap().mode == "MIG 3g.40gb"));
     assert!(gpu1.iter().all(|a| a.memory_bytes == Some(42412802048)));
-    // MIG-disabled GPUs are reported exactly as in dgx-h100 (indices follow the partitions).
+    assert_eq!(gpu1.iter().map(|a| a.index).collect::<Vec<_>>(), [15, 16]);
+    // MIG-disabled GPUs are reported exactly as in dgx-h100, CUDA ordinals included: a split GPU
+    // still counts as one.
     let plain = machine("dgx-h100");
     for (a, b) in m.accelerators[9..].iter().zip(&plain.accelerators[2..]) {
-        assert_eq!((a.index, &a.id), (b.index + 7, &b.id));
-        let mut a = a.clone();
-        a.index = b.index;
-        assert_eq!(&a, b);
+        assert_eq!(a, b);
     }
     // No P2P for MIG devices: split GPUs keep no NVLink; the six whole GPUs keep NV18.
     assert_eq!(m.links.len(), 15);
