@@ -143,17 +143,4 @@ def cluster(
     if isinstance(spec, str):
         parts = [p.strip() for p in spec.split(",") if p.strip()]
         spec = {p.split(":")[0]: int(p.split(":")[1]) if ":" in p else 1 for p in parts}
-    out: dict[str, Any] = {"machines": {}, "nodes": []}
-    for name, count in spec.items():
-        machine = sample(name)
-        out["machines"][name] = machine
-        clique = next((d["name"] for d in machine.get("domains", []) if d["kind"] == "nvlink_clique"), None)
-        for k in range(count):
-            labels = {}
-            if clique is not None:
-                labels["nvlink_clique"] = f"{clique}-{k // max(clique_trays, 1)}"
-            out["nodes"].append({"name": f"{name}-{k}", "labels": labels, "machine": name})
-    if rack_size:
-        for i, node in enumerate(out["nodes"]):
-            node["labels"]["rack"] = f"r{i // rack_size}"
-    return out
+    return json.loads(_native.sample_cluster_json(list(spec.items()), rack_size, clique_trays))

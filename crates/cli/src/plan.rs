@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use accel_model::{DomainKind, Machine};
+use accel_model::Machine;
 use accel_plan::XorShift;
 use accel_plan::{
     Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, Placement, PlanError, Planner, Request,
@@ -76,29 +76,13 @@ pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
             Some((n, c)) => (n, c.parse::<usize>().with_context(|| format!("bad count in {part:?}"))?),
             None => (part, 1),
         };
-        let machine = sample_machine(name)?;
-        let clique = machine.domains.iter().find(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.clone());
-        cluster.machines.insert(name.to_owned(), machine);
-        for k in 0..count {
-            let mut labels = BTreeMap::new();
-            if let Some(clique) = &clique {
-                labels.insert("nvlink_clique".to_owned(), format!("{clique}-{}", k / args.clique_trays.max(1)));
-            }
-            cluster.nodes.push(ClusterNode {
-                name: format!("{name}-{k}"),
-                labels,
-                machine: MachineRef::Name(name.to_owned()),
-                allocated: Vec::new(),
-            });
-        }
+        cluster.add_nodes(name, sample_machine(name)?, count, args.clique_trays);
     }
     if cluster.nodes.is_empty() {
         bail!("--sample names no nodes");
     }
     if let Some(size) = args.rack_size {
-        for (i, node) in cluster.nodes.iter_mut().enumerate() {
-            node.labels.insert("rack".into(), format!("r{}", i / size.max(1)));
-        }
+        cluster.label_racks(size);
     }
     Ok(cluster)
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use accel_model::{Endpoint, Machine, PathClass, PathClassifier, SkuRegistry};
+use accel_model::{DomainKind, Endpoint, Machine, PathClass, PathClassifier, SkuRegistry};
 use serde::{Deserialize, Serialize};
 
 use crate::PlanError;
@@ -59,6 +59,32 @@ impl<'de> Deserialize<'de> for MachineRef {
 }
 
 impl Cluster {
+    /// Adds `count` nodes named `<name>-<k>` sharing `machine`. A machine with an NVLink clique
+    /// domain gets an `nvlink_clique` label per `clique_trays` nodes (NVL72: 18 trays a clique).
+    pub fn add_nodes(&mut self, name: &str, machine: Machine, count: usize, clique_trays: usize) {
+        let clique = machine.domains.iter().find(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.clone());
+        self.machines.insert(name.to_owned(), machine);
+        for k in 0..count {
+            let mut labels = BTreeMap::new();
+            if let Some(clique) = &clique {
+                labels.insert("nvlink_clique".to_owned(), format!("{clique}-{}", k / clique_trays.max(1)));
+            }
+            self.nodes.push(ClusterNode {
+                name: format!("{name}-{k}"),
+                labels,
+                machine: MachineRef::Name(name.to_owned()),
+                allocated: Vec::new(),
+            });
+        }
+    }
+
+    /// Puts every `size` consecutive nodes in one rack (label `rack=r<k>`).
+    pub fn label_racks(&mut self, size: usize) {
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            node.labels.insert("rack".into(), format!("r{}", i / size.max(1)));
+        }
+    }
+
     pub fn from_json(text: &str) -> Result<Cluster, serde_json::Error> {
         serde_json::from_str(text)
     }

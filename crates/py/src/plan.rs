@@ -108,7 +108,26 @@ fn sample_machine_json(name: &str) -> PyResult<Option<String>> {
         .map_err(to_py(|m| placement_error(m, "{}".into())))
 }
 
+/// A cluster of embedded samples as JSON (`accel_plan::Cluster::add_nodes`, as `accel cluster`).
+#[pyfunction]
+#[pyo3(signature = (spec, rack_size = None, clique_trays = 18))]
+fn sample_cluster_json(spec: Vec<(String, usize)>, rack_size: Option<usize>, clique_trays: usize) -> PyResult<String> {
+    let mut cluster = Cluster::default();
+    for (name, count) in spec {
+        let machine = accel_discover::samples::machine(&name).ok_or_else(|| {
+            let known = accel_discover::samples::names().join(", ");
+            placement_error(format!("no sample named {name:?}; known: {known}"), "{}".into())
+        })?;
+        cluster.add_nodes(&name, machine, count, clique_trays);
+    }
+    if let Some(size) = rack_size {
+        cluster.label_racks(size);
+    }
+    serde_json::to_string(&cluster).map_err(to_py(|m| placement_error(m, "{}".into())))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sample_cluster_json, m)?)?;
     m.add_class::<PyPlanner>()?;
     m.add_function(wrap_pyfunction!(isolate_env, m)?)?;
     m.add_function(wrap_pyfunction!(ray_node, m)?)?;
