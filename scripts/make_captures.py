@@ -430,6 +430,19 @@ unusual but legal; the point is that both plugins report together and indices co
 Licence: generated data, Apache-2.0.
 """)
 
+def kfd_capture(tarball, hostname, strip):
+    """A capture holding only a KFD topology tree, from a tarball of it (the first `strip` path
+    components of each member are dropped)."""
+    c = Capture("", "", hostname)
+    c.files.clear()
+    with tarfile.open(tarball) as t:
+        for m in sorted(t.getmembers(), key=lambda m: m.name):
+            if m.isfile():
+                rel = m.name.split("/", strip)[strip]
+                c.file("/sys/class/kfd/kfd/topology/" + rel, t.extractfile(m).read().decode())
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kfd-mi210", help="topo-mi210-xgmi-pcie.tar.gz (ROCm/k8s-device-plugin testdata)")
@@ -553,13 +566,7 @@ https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html: 7 xGMI 
     gaudi3()
     mixed()
     if args.kfd_mi210:
-        c = Capture("", "", "mi210")
-        c.files.clear()
-        with tarfile.open(args.kfd_mi210) as t:
-            for m in sorted(t.getmembers(), key=lambda m: m.name):
-                if m.isfile():
-                    rel = m.name.split("/", 1)[1]
-                    c.file("/sys/class/kfd/kfd/topology/" + rel, t.extractfile(m).read().decode())
+        c = kfd_capture(args.kfd_mi210, "mi210", strip=1)
         c.write("mi210-2hive", """
 # 8× MI210 in two xGMI hives (real KFD capture)
 
@@ -571,13 +578,7 @@ The KFD topology (`/sys/class/kfd/kfd/topology/nodes`) of a real machine with 2 
 KFD `location_id`, NUMA nodes from the io_link to the CPU node.
 """)
     if args.kfd_mi300_cpx:
-        c = Capture("", "", "mi300x-cpx")
-        c.files.clear()
-        with tarfile.open(args.kfd_mi300_cpx) as t:
-            for m in sorted(t.getmembers(), key=lambda m: m.name):
-                if m.isfile():
-                    rel = m.name.split("/", 2)[2]
-                    c.file("/sys/class/kfd/kfd/topology/" + rel, t.extractfile(m).read().decode())
+        c = kfd_capture(args.kfd_mi300_cpx, "mi300x-cpx", strip=2)
         c.write("mi300x-cpx", """
 # 8× MI300X in CPX mode (real KFD capture)
 
