@@ -8,7 +8,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import ray, numpy, pytest" >/dev/null 2>&1 || [ ! -x .venv/bin/maturin ]; then
+if ! .venv/bin/python -c "import ray, numpy, pytest, mypy" >/dev/null 2>&1 || [ ! -x .venv/bin/maturin ]; then
   echo "== installing Python packages into .venv"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r python/requirements-dev.txt

@@ -39,6 +39,9 @@ done
 echo "== cargo test"
 cargo test
 
+echo "== mypy --strict python/accel (types of accel._native: python/accel/_native.pyi)"
+.venv/bin/python -m mypy --strict python/accel
+
 echo "== pytest"
 cargo build -q -p accel-cli
 .venv/bin/python -m pytest python/tests

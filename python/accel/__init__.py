@@ -43,4 +43,5 @@ def discover(
         [os.fspath(f) for f in sku_files],
         None if sku_dir is None else os.fspath(sku_dir),
     )
-    return json.loads(text)
+    machine: dict[str, Any] = json.loads(text)
+    return machine

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, ParamSpec, TypeVar
 
 from . import _native
 from ._native import PlacementError
@@ -36,11 +36,23 @@ def _convert(e: PlacementError) -> PlacementError:
     return err
 
 
-def _call(fn, *args):
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _call(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except PlacementError as e:
         raise _convert(e) from None
+
+
+def _object(text: str) -> dict[str, Any]:
+    """A JSON object from the native layer (which only ever returns objects)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _is_file(text: str) -> bool:
@@ -62,7 +74,7 @@ def _load(obj: Any) -> Any:
         try:
             return json.loads(obj)
         except json.JSONDecodeError:
-            import yaml  # Ray depends on PyYAML
+            import yaml  # type: ignore[import-untyped, unused-ignore]  # Ray depends on PyYAML
 
             return yaml.safe_load(obj)
     raise TypeError(f"expected a dict, JSON/YAML text or a file path, got {type(obj).__name__}")
@@ -70,7 +82,8 @@ def _load(obj: Any) -> Any:
 
 def load_request(request: Any) -> dict[str, Any]:
     """Normalises a request (dict, JSON/YAML text or file path) to a dict."""
-    return _load(request)
+    loaded: dict[str, Any] = _load(request)
+    return loaded
 
 
 class Planner:
@@ -82,11 +95,11 @@ class Planner:
 
     def plan(self, request: Any) -> dict[str, Any]:
         """The placement (without taking the devices), or `PlacementError`."""
-        return json.loads(_call(self._native.plan, json.dumps(load_request(request))))
+        return _object(_call(self._native.plan, json.dumps(load_request(request))))
 
     def allocate(self, request: Any) -> dict[str, Any]:
         """Plans and takes the devices until `release(placement["id"])`."""
-        return json.loads(_call(self._native.allocate, json.dumps(load_request(request))))
+        return _object(_call(self._native.allocate, json.dumps(load_request(request))))
 
     def release(self, allocation_id: int) -> None:
         _call(self._native.release, allocation_id)
@@ -99,6 +112,10 @@ class Planner:
         """Sets exactly which devices of a node are free."""
         _call(self._native.sync_free, node, list(devices))
 
+    def last_search_steps(self) -> int:
+        """Search steps the last `plan` or `allocate` took; each search is bounded (docs/isolation.md)."""
+        return self._native.last_search_steps()
+
     def free_devices(self, node: str) -> list[str]:
         return _call(self._native.free_devices, node)
 
@@ -107,7 +124,8 @@ class Planner:
         for n in self.cluster["nodes"]:
             if n["name"] == node:
                 m = n["machine"]
-                return self.cluster["machines"][m] if isinstance(m, str) else m
+                found: dict[str, Any] = self.cluster["machines"][m] if isinstance(m, str) else m
+                return found
         raise PlacementError(f"unknown node {node!r}")
 
 
@@ -126,7 +144,7 @@ def sample(name: str) -> dict[str, Any]:
     text = _native.sample_machine_json(name)
     if text is None:
         raise PlacementError(f"no sample named {name!r}; known: {', '.join(samples())}")
-    return json.loads(text)
+    return _object(text)
 
 
 def cluster(
@@ -143,4 +161,4 @@ def cluster(
     if isinstance(spec, str):
         parts = [p.strip() for p in spec.split(",") if p.strip()]
         spec = {p.split(":")[0]: int(p.split(":")[1]) if ":" in p else 1 for p in parts}
-    return json.loads(_native.sample_cluster_json(list(spec.items()), rack_size, clique_trays))
+    return _object(_native.sample_cluster_json(list(spec.items()), rack_size, clique_trays))

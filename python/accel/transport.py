@@ -22,9 +22,10 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _native
 from ._native import (
@@ -69,7 +70,7 @@ class Ref:
     segment: str  # the shared-memory segment name
     buffer: int
     nbytes: int
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: Any  # numpy's dtype descriptor: a string like "<f4", or a list for structured dtypes
     kind: str = "numpy"  # "numpy", "torch" or "bytes": what get() hands back
     path: str = "auto"  # a forced path, or "auto"
@@ -135,7 +136,13 @@ def _forget_pending(key: int, buffer: int) -> None:
             pass
 
 
-def empty(shape, dtype=np.float32) -> np.ndarray:
+def _buf(sb: _native.SharedBuffer) -> bytes:
+    """`sb` as numpy's stubs want a buffer typed (they list concrete types only); the array made
+    from it still holds `sb` itself as its base."""
+    return cast(bytes, sb)
+
+
+def empty(shape: int | tuple[int, ...] | list[int], dtype: npt.DTypeLike = np.float32) -> npt.NDArray[Any]:
     """A writable array in this owner's shared memory. Fill it, then put() it: no copy.
 
     Dropping it without put() returns its memory to the pool.
@@ -149,7 +156,8 @@ def empty(shape, dtype=np.float32) -> np.ndarray:
     buffer, segment, sb = _native.transport_alloc(nbytes)
     st.pending[id(sb)] = (buffer, segment)
     weakref.finalize(sb, _forget_pending, id(sb), buffer)
-    return np.frombuffer(sb, dtype=dtype, count=nbytes // dtype.itemsize if dtype.itemsize else 0).reshape(shape)
+    count = nbytes // dtype.itemsize if dtype.itemsize else 0
+    return np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(shape)
 
 
 def _as_array(obj: Any) -> tuple[np.ndarray, str]:
@@ -184,14 +192,14 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         entry is not None
         and arr.flags.c_contiguous
         and arr.nbytes == len(root)
-        and arr.__array_interface__["data"][0] == np.frombuffer(root, np.uint8).__array_interface__["data"][0]
+        and arr.__array_interface__["data"][0] == np.frombuffer(_buf(root), np.uint8).__array_interface__["data"][0]
     ):
         st.pending.pop(id(root))
         buffer, segment = entry
         view = arr
     else:
         buffer, segment, sb = _native.transport_alloc(arr.nbytes)
-        view = np.frombuffer(sb, dtype=arr.dtype, count=arr.size).reshape(arr.shape)
+        view = np.frombuffer(_buf(sb), dtype=arr.dtype, count=arr.size).reshape(arr.shape)
         np.copyto(view, arr, casting="no")
     del view
     _native.transport_publish(buffer)
@@ -221,7 +229,7 @@ def _path_for(ref: Ref, path: str | None) -> str:
 
 def _finish(arr: np.ndarray, ref: Ref) -> Any:
     if ref.kind == "torch":
-        import torch  # the owner had torch, so the consumer is expected to
+        import torch  # type: ignore[import-not-found, unused-ignore]  # the owner had torch, so the consumer is expected to
 
         return torch.from_numpy(arr)
     return arr
@@ -235,7 +243,8 @@ def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) ->
     else:
         sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable)
     count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
-    return np.frombuffer(sb, dtype=dtype, count=count).reshape(ref.shape)
+    arr: npt.NDArray[Any] = np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(ref.shape)
+    return arr
 
 
 def get(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -78,8 +79,9 @@ def test_node_spec_and_visibility():
     assert spec["labels"]["accel.io/node"] == "n0" and spec["labels"]["accel.io/rack"] == "r1"
     ids = [m["accelerators"][i]["id"] for i in (6, 4)]
     assert aray.visibility_env(m, ids) == {
-        "CUDA_VISIBLE_DEVICES": "6,4",
-        # Indices are PCI bus order; CUDA's own default is "fastest first".
+        # By UUID: the same GPUs whatever subset of the host a container sees.
+        "CUDA_VISIBLE_DEVICES": ",".join(m["accelerators"][i]["uuid"] for i in (6, 4)),
+        # Index fallback (no UUID) is PCI bus order; CUDA's own default is "fastest first".
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         # Ray picks its GPU manager by probing the node: none of them may rewrite visibility.
         "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
@@ -116,5 +118,49 @@ def test_cli_plan_exit_status(accel_bin, tmp_path):
     from_yaml = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", yaml, "--json"], capture_output=True, text=True)
     assert from_yaml.returncode == 0 and from_yaml.stdout == good.stdout
     fail = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", bad], capture_output=True, text=True)
-    assert fail.returncode != 0
+    assert fail.returncode == 1  # a valid request that cannot be met
     assert "no node has 9 accelerators" in fail.stderr and "nearest feasible" in fail.stderr
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text('{"bundles": [{"count": -1}]}')
+    invalid = subprocess.run([accel_bin, "plan", "--cluster", cluster, "--request", malformed], capture_output=True, text=True)
+    assert invalid.returncode == 2 and "accel: error:" in invalid.stderr  # invalid input
+
+
+def test_impossible_request_returns_at_once_with_a_bounded_search():
+    # Regression: a cpus constraint no node can meet enumerated every device subset (the step
+    # budget only started after a first candidate).
+    planner = accel.Planner(accel.cluster({"mi300x": 1, "dgx-h100": 1}))
+    with pytest.raises(accel.PlacementError) as err:
+        planner.plan({"bundles": [{"count": 6, "cpus": 100000}]})
+    assert err.value.constraint == "cpus"
+    assert planner.last_search_steps() <= 8 * 200_000
+
+
+def test_planning_releases_the_gil():
+    # Regression: the binding held the GIL while planning, freezing every other thread of a Ray
+    # driver. A thread plans a request whose search runs to its step budget, while this thread
+    # counts; with the GIL released, the count moves during the native call.
+    nodes = {"mi300x": 40, "dgx-h100": 40, "hgx-b200": 40}
+    cluster = accel.cluster(nodes, rack_size=1)
+    planner = accel.Planner(cluster)
+    request = {"bundles": [{"count": 3, "connectivity": "scale-up"}] * 8, "same": "rack"}
+    ticks = [0]
+    moved = []
+    done = threading.Event()
+
+    def plan() -> None:
+        before = ticks[0]
+        try:
+            planner.plan(request)
+        except accel.PlacementError:
+            pass
+        moved.append(ticks[0] - before)
+        done.set()
+
+    thread = threading.Thread(target=plan)
+    thread.start()
+    while not done.is_set():
+        ticks[0] += 1
+    thread.join()
+    assert planner.last_search_steps() > 0
+    assert moved[0] > 0, "no Python code ran while the planner searched"

@@ -31,6 +31,12 @@ NODES = {
 H100 = "nvidia-h100-sxm"
 
 
+def _uuids(node: str, devices: list[dict]) -> str:
+    """`CUDA_VISIBLE_DEVICES` for planned NVIDIA devices of a node: their UUIDs, in order."""
+    by_id = {a["id"]: a for a in accel.sample(NODES[node][0])["accelerators"]}
+    return ",".join(by_id[d["id"]]["uuid"] for d in devices)
+
+
 @ray.remote(num_cpus=0)
 class Probe:
     """Reports what the worker process sees."""
@@ -93,7 +99,8 @@ def test_four_nvlink_gpus_land_on_the_fragmented_dgx(cluster):
         assert [d["label"] for d in apg.devices(0)] == ["GPU4", "GPU5", "GPU6", "GPU7"]
         seen = _probe(apg, 0)
         assert seen["node_id"] == cluster["dgx-a"]
-        assert seen["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+        assert seen["CUDA_VISIBLE_DEVICES"] == _uuids("dgx-a", apg.devices(0))
+        assert seen["CUDA_VISIBLE_DEVICES"].count("GPU-") == 4
         m = accel.sample("dgx-h100")
         ids = {a["index"]: a["id"] for a in m["accelerators"]}
         links = {(link["a"], link["b"]) for link in m["links"]}
@@ -121,8 +128,10 @@ def test_rdma_nic_per_gpu_gets_pix(cluster):
         assert all(d["nic_path"] == "PIX" for d in apg.devices(0))
         seen = _probe(apg, 0)
         assert seen["node_id"] == cluster[apg.node(0)]
-        var = "CUDA_VISIBLE_DEVICES" if apg.node(0) == "rtx" else "HIP_VISIBLE_DEVICES"
-        assert seen[var] == ",".join(str(d["index"]) for d in apg.devices(0))
+        if apg.node(0) == "rtx":
+            assert seen["CUDA_VISIBLE_DEVICES"] == _uuids("rtx", apg.devices(0))
+        else:
+            assert seen["HIP_VISIBLE_DEVICES"] == ",".join(str(d["index"]) for d in apg.devices(0))
     finally:
         apg.remove()
 
@@ -131,7 +140,7 @@ def test_rdma_nic_per_gpu_gets_pix(cluster):
     try:
         assert apg.node(0) == "rtx"
         assert all(d["nic_path"] == "PIX" for d in apg.devices(0))
-        assert _probe(apg, 0)["CUDA_VISIBLE_DEVICES"] == ",".join(str(d["index"]) for d in apg.devices(0))
+        assert _probe(apg, 0)["CUDA_VISIBLE_DEVICES"] == _uuids("rtx", apg.devices(0))
     finally:
         apg.remove()
 
@@ -162,7 +171,8 @@ def test_nvl72_gang_stays_in_one_clique(cluster):
         for i in range(2):
             seen = _probe(apg, i)
             assert seen["node_id"] == cluster[apg.node(i)]
-            assert seen["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+            assert seen["CUDA_VISIBLE_DEVICES"] == _uuids(apg.node(i), apg.devices(i))
+            assert [d["index"] for d in apg.devices(i)] == [0, 1, 2, 3]
     finally:
         apg.remove()
 

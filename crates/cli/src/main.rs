@@ -1,5 +1,6 @@
 //! The `accel` binary: parses arguments, wires discovery, the registry and the renderers together.
 
+mod exit;
 mod plan;
 mod topo;
 
@@ -127,19 +128,10 @@ struct SkusArgs {
     json: bool,
 }
 
+/// Exit status: 0 success, 1 a valid request that cannot be met (`exit::Unmet`), 2 invalid
+/// input or usage (every other error, and clap's usage errors); see `exit`.
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // A closed pipe (`accel topo | head`) is not an error worth a message.
-            if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
-                return ExitCode::SUCCESS;
-            }
-            eprintln!("accel: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    exit::report(run(exit::parse::<Cli>()))
 }
 
 fn run(cli: Cli) -> Result<()> {

@@ -123,7 +123,7 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
                 writeln!(out)?;
                 out.flush()?;
             }
-            bail!("cannot place the request: {why}")
+            Err(crate::exit::Unmet(format!("cannot place the request: {why}")).into())
         }
         Err(e) => Err(e.into()),
     }

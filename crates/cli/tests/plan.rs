@@ -70,3 +70,39 @@ fn bench_plan_prints_percentiles() {
     assert_eq!(json["nodes"], 40);
     assert!(json["vs_first_fit"]["cases"].as_u64().unwrap() > 0);
 }
+
+/// Regression: `accel plan` exited 1 both for "cannot be placed" and for a malformed request.
+/// Every command: 0 success, 1 a valid request that cannot be met, 2 invalid input or usage.
+#[test]
+fn exit_codes_separate_unmet_from_invalid() {
+    let dir = scratch("exit");
+    let cluster = dir.join("cluster.json");
+    std::fs::write(&cluster, ok(accel(&["cluster", "--sample", "dgx-h100:1"]))).unwrap();
+    let request = dir.join("request.json");
+    let plan = |body: &str| {
+        std::fs::write(&request, body).unwrap();
+        accel(&["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap()])
+    };
+    assert_eq!(plan(r#"{"bundles": [{"count": 2}]}"#).status.code(), Some(0));
+    assert_eq!(plan(r#"{"bundles": [{"count": 9}]}"#).status.code(), Some(1));
+    assert_eq!(plan(r#"{"bundles": [{"count": 12, "cpus": 100000}]}"#).status.code(), Some(1));
+    assert_eq!(plan(r#"{"bundles": [{"count": "two"}]}"#).status.code(), Some(2));
+    assert_eq!(plan(r#"{"bundles": []}"#).status.code(), Some(2));
+    assert_eq!(plan("not json").status.code(), Some(2));
+    let missing = accel(&["plan", "--cluster", "/nonexistent/c.json", "--request", request.to_str().unwrap()]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(accel(&["cluster", "--sample", "no-such-box:2"]).status.code(), Some(2));
+    assert_eq!(accel(&["topo", "--sample", "no-such-box"]).status.code(), Some(2));
+    assert_eq!(accel(&["topo", "--root", "/nonexistent"]).status.code(), Some(2));
+    assert_eq!(accel(&["no-such-command"]).status.code(), Some(2));
+    assert_eq!(accel(&["plan"]).status.code(), Some(2));
+    assert_eq!(accel(&["samples"]).status.code(), Some(0));
+    // Documented in --help, for the program and every subcommand.
+    for args in [&["--help"][..], &["plan", "--help"], &["topo", "--help"], &["bench", "plan", "--help"]] {
+        let out = accel(args);
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("Exit status:") && text.contains("1  a valid request that cannot be met"), "{text}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -1,6 +1,8 @@
 //! The AMD plugin: GPUs from the KFD topology (`/sys/class/kfd/kfd/topology/nodes`), with xGMI
 //! links from `io_links` (type 11), hives, and CPX/DPX partitions grouped by `unique_id`; VRAM
-//! and partition modes from the amdgpu PCI sysfs files. GPUs on PCI that KFD does not list are
+//! and partition modes from the amdgpu PCI sysfs files. A partition reports its own share: the
+//! memory of its KFD node's banks (or the package's divided by the partition count) and its
+//! node's compute units. GPUs on PCI that KFD does not list are
 //! still reported, from PCI alone.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,6 +54,8 @@ struct KfdNode {
     id: u32,
     props: BTreeMap<String, u64>,
     io_links: Vec<BTreeMap<String, u64>>,
+    /// Sum of `mem_banks/*/properties` `size_in_bytes`: the memory this node (a partition) has.
+    mem_bytes: Option<u64>,
 }
 
 impl KfdNode {
@@ -83,7 +87,15 @@ fn read_kfd(host: &Host, warnings: &mut Vec<Warning>) -> Vec<KfdNode> {
                 io_links.push(parse_properties(&text).0);
             }
         }
-        nodes.push(KfdNode { id, props, io_links });
+        let banks_dir = node_dir.join("mem_banks");
+        let mem_bytes = host
+            .list_dir(&banks_dir, SRC, warnings)
+            .iter()
+            .filter_map(|b| host.read_attr(&banks_dir.join(b).join("properties"), SRC, warnings))
+            .filter_map(|text| parse_properties(&text).0.get("size_in_bytes").copied())
+            .fold(None, |sum: Option<u64>, b| Some(sum.unwrap_or(0).saturating_add(b)))
+            .filter(|&b| b > 0);
+        nodes.push(KfdNode { id, props, io_links, mem_bytes });
     }
     nodes.sort_by_key(|n| n.id);
     nodes
@@ -106,11 +118,33 @@ impl Vendor for Amd {
                 *group_size.entry(n.get("unique_id")).or_default() += 1;
             }
         }
+        // A package whose capture lacks some partition nodes still has as many partitions as its
+        // siblings of the same device id (all GPUs of a node share the partition mode).
+        let mut parts_of_device: BTreeMap<u64, u32> = BTreeMap::new();
+        for n in &gpu_nodes {
+            let parts = group_size.get(&n.get("unique_id")).copied().unwrap_or(1);
+            let e = parts_of_device.entry(n.get("device_id")).or_default();
+            *e = (*e).max(parts);
+        }
         let mut by_node: BTreeMap<u32, String> = BTreeMap::new();
         let mut physical_of: BTreeMap<String, u64> = BTreeMap::new();
         let mut seen_part: BTreeMap<u64, u32> = BTreeMap::new();
         let mut claimed: BTreeSet<PciAddr> = BTreeSet::new();
+        // ROCr uses a KFD node only if it can open its render node: in a container given some of
+        // the host's GPUs, KFD lists them all but /dev/dri holds only those passed in.
+        let check_dev = crate::plugin::has_dev(host);
+        let mut hidden = Vec::new();
         for n in &gpu_nodes {
+            let minor = n.get("drm_render_minor");
+            if check_dev && minor > 0 && !host.exists(&host.path(&format!("/dev/dri/renderD{minor}"))) {
+                if let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")) {
+                    let physical = kfd_pci_addr(n.get("domain"), n.get("location_id") & !7).unwrap_or(addr);
+                    claimed.insert(physical);
+                    report.unusable.push(physical);
+                    hidden.push(format!("{addr} (renderD{minor})"));
+                }
+                continue;
+            }
             let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")) else {
                 report.warnings.push(Warning {
                     source: SRC.into(),
@@ -166,15 +200,39 @@ impl Vendor for Amd {
                         _ => "CPX".into(),
                     });
                 acc.id = format!("amd-{physical_addr}-p{k}");
-                acc.partition = Some(Partition { physical_id: format!("amd-{physical_addr}"), index: *k, mode });
+                // The partition's share, not the whole package: its own KFD node's memory banks
+                // when they hold less than the package, else the package divided evenly; compute
+                // units from its own node (SIMDs / SIMDs per CU).
+                let share = parts.max(parts_of_device.get(&n.get("device_id")).copied().unwrap_or(1));
+                let whole = acc.memory_bytes;
+                acc.memory_bytes = match (n.mem_bytes, whole) {
+                    (Some(own), Some(whole)) if own < whole => Some(own),
+                    (_, Some(whole)) => Some(whole / u64::from(share)),
+                    (own, None) => own,
+                };
+                let compute_units = (n.get("simd_per_cu") > 0)
+                    .then(|| n.get("simd_count") / n.get("simd_per_cu"))
+                    .and_then(|c| u32::try_from(c).ok());
+                acc.partition =
+                    Some(Partition { physical_id: format!("amd-{physical_addr}"), index: *k, mode, compute_units });
                 *k += 1;
             }
             acc.pci = Some(physical_addr);
+            if report.accelerators.iter().any(|a| a.id == acc.id) {
+                // Two KFD nodes naming one PCI function without a partition id to tell them apart.
+                report.warnings.push(Warning {
+                    source: SRC.into(),
+                    path: Some(format!("{KFD}/{}/properties", n.id)),
+                    message: format!("repeats the PCI function of {}; node skipped", acc.id),
+                });
+                continue;
+            }
             claimed.insert(physical_addr);
             by_node.insert(n.id, acc.id.clone());
             physical_of.insert(acc.id.clone(), unique);
             report.accelerators.push(acc);
         }
+        report.warnings.extend(crate::plugin::not_visible(SRC, "/dev/dri/renderD*", &hidden, "they are not reported"));
         // xGMI links between different physical GPUs; between partitions of one package the
         // io_link is the package's own fabric, reported as a C2C link (as NVLink-C2C joins dies).
         let mut pairs: BTreeMap<(String, String), (LinkKind, Option<u64>)> = BTreeMap::new();

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The first line of every bundle.
 pub const BUNDLE_MAGIC: &str = "accel-capture 1";
@@ -26,10 +26,120 @@ pub const BUNDLE_MAGIC: &str = "accel-capture 1";
 /// Where [`crate::Host`] reads its files.
 #[derive(Debug, Clone)]
 pub enum Fs {
-    /// The real filesystem; paths are already under the host's root.
-    Real,
+    /// The real filesystem; paths are already under the host's root. For a root other than
+    /// `/` (a captured tree), every access resolves inside it ([`Confined`]).
+    Real(Option<Arc<Confined>>),
     /// An in-memory tree; paths are absolute in-machine paths.
     Memory(Arc<MemTree>),
+}
+
+/// A root directory that every access stays inside. Paths are opened relative to the root's
+/// descriptor with `openat2(RESOLVE_BENEATH)`; a symlink that leads out (an absolute target such
+/// as `/sys/devices/pci0000:00`, or `..` above the root) is noted ([`Confined::escapes`], a
+/// warning in the machine) and resolved inside the root instead (`RESOLVE_IN_ROOT`), the way
+/// [`MemTree`] and `Host::resolve_link` treat absolute links: never a read of the live machine.
+/// Where the kernel lacks `openat2` (before 5.6), each component is resolved here.
+#[derive(Debug)]
+pub struct Confined {
+    root: PathBuf,
+    fd: io::Result<rustix::fd::OwnedFd>,
+    escapes: Mutex<BTreeSet<PathBuf>>,
+}
+
+impl Confined {
+    fn new(root: &Path) -> Confined {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(io::Error::from);
+        Confined { root: root.to_path_buf(), fd, escapes: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// Paths (under the root) whose resolution met a symlink leading out of the root.
+    pub fn escapes(&self) -> Vec<PathBuf> {
+        self.escapes.lock().map(|e| e.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    pub(crate) fn note_escape(&self, path: &Path) {
+        if let Ok(mut e) = self.escapes.lock() {
+            e.insert(path.to_path_buf());
+        }
+    }
+
+    /// `path` relative to the root (`.` for the root itself); a path outside it is re-rooted.
+    fn relative(&self, path: &Path) -> PathBuf {
+        match path.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => PathBuf::from("."),
+            Ok(rel) => rel.to_path_buf(),
+            Err(_) => {
+                self.note_escape(path);
+                path.components().filter(|c| matches!(c, Component::Normal(_))).collect()
+            }
+        }
+    }
+
+    /// Opens `path` (under the root) without leaving the root.
+    fn open(&self, path: &Path, flags: rustix::fs::OFlags) -> io::Result<rustix::fd::OwnedFd> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let root = self.fd.as_ref().map_err(|e| io::Error::new(e.kind(), e.to_string()))?;
+        let rel = self.relative(path);
+        let flags = flags | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(root, &rel, flags, Mode::empty(), resolve | ResolveFlags::BENEATH) {
+            Err(rustix::io::Errno::XDEV) => {
+                self.note_escape(path);
+                Ok(rustix::fs::openat2(root, &rel, flags, Mode::empty(), resolve | ResolveFlags::IN_ROOT)?)
+            }
+            Err(rustix::io::Errno::NOSYS) => {
+                let inside = self.resolve_by_hand(path, &rel)?;
+                Ok(rustix::fs::openat(root, &inside, flags | OFlags::NOFOLLOW, Mode::empty())?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Resolves every component of `rel` (at most 40 symlinks) as `RESOLVE_IN_ROOT` does:
+    /// absolute targets restart at the root and `..` stops there. The result is relative to
+    /// the root and holds no symlink.
+    fn resolve_by_hand(&self, path: &Path, rel: &Path) -> io::Result<PathBuf> {
+        // Owned components, last first: a link's target replaces the link's own component.
+        fn parts(p: &Path) -> Vec<std::ffi::OsString> {
+            p.components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_os_string()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .rev()
+                .collect()
+        }
+        let mut todo = parts(rel);
+        let mut out = PathBuf::new();
+        let mut hops = 0;
+        while let Some(part) = todo.pop() {
+            if part == ".." {
+                if !out.pop() {
+                    self.note_escape(path);
+                }
+                continue;
+            }
+            out.push(&part);
+            let full = self.root.join(&out);
+            if std::fs::symlink_metadata(&full)?.file_type().is_symlink() {
+                hops += 1;
+                if hops > 40 {
+                    return Err(io::Error::other("too many levels of symbolic links"));
+                }
+                let target = std::fs::read_link(&full)?;
+                out.pop();
+                if target.is_absolute() {
+                    self.note_escape(path);
+                    out = PathBuf::new();
+                }
+                todo.extend(parts(&target));
+            }
+        }
+        Ok(if out.as_os_str().is_empty() { PathBuf::from(".") } else { out })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +201,46 @@ impl MemTree {
             }
             self.entries.entry(parent.to_path_buf()).or_insert(Entry::Dir);
             child = parent;
+        }
+    }
+
+    /// Every path with its kind (`'F'` file, `'L'` symlink, `'D'` directory), in path order.
+    pub fn paths(&self) -> impl Iterator<Item = (&Path, char)> {
+        self.entries.iter().map(|(p, e)| {
+            let kind = match e {
+                Entry::File(_) => 'F',
+                Entry::Link(_) => 'L',
+                Entry::Dir => 'D',
+            };
+            (p.as_path(), kind)
+        })
+    }
+
+    /// A file's bytes exactly as stored (no symlink is followed).
+    pub fn file(&self, path: &Path) -> Option<&[u8]> {
+        match self.entries.get(path) {
+            Some(Entry::File(bytes)) => Some(bytes),
+            _ => None,
+        }
+    }
+
+    /// Removes a path and everything below it.
+    pub fn remove(&mut self, path: &Path) {
+        let below: Vec<PathBuf> = self
+            .entries
+            .range(path.to_path_buf()..)
+            .map(|(p, _)| p)
+            .take_while(|p| p.starts_with(path))
+            .cloned()
+            .collect();
+        for p in below {
+            self.entries.remove(&p);
+            self.children.remove(&p);
+        }
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+            if let Some(set) = self.children.get_mut(parent) {
+                set.remove(name);
+            }
         }
     }
 
@@ -236,9 +386,22 @@ impl MemTree {
 }
 
 impl Fs {
+    /// The real filesystem under `root`: unconfined for `/`, confined to the root otherwise.
+    pub(crate) fn real(root: &Path) -> Fs {
+        if root == Path::new("/") {
+            Fs::Real(None)
+        } else {
+            Fs::Real(Some(Arc::new(Confined::new(root))))
+        }
+    }
+
     pub(crate) fn read(&self, path: &Path, limit: u64) -> io::Result<Vec<u8>> {
         match self {
-            Fs::Real => read_small(path, limit),
+            Fs::Real(None) => read_small(path, limit),
+            Fs::Real(Some(c)) => {
+                let file = c.open(path, rustix::fs::OFlags::RDONLY)?;
+                read_until_short(|buf| Ok(rustix::io::read(&file, buf)?), limit)
+            }
             Fs::Memory(tree) => {
                 let bytes = tree.read(path)?;
                 if bytes.len() as u64 > limit {
@@ -253,40 +416,76 @@ impl Fs {
     /// opened once and each file relative to it: on deep sysfs paths the per-file path walk is
     /// about half the cost of reading an attribute.
     pub(crate) fn read_in_dir(&self, dir: &Path, names: &[&str], limit: u64) -> Vec<io::Result<Vec<u8>>> {
-        match self {
-            Fs::Real => {
-                use rustix::fs::{Mode, OFlags};
-                match rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
-                    Ok(fd) => names.iter().map(|name| read_small_at(&fd, name, limit)).collect(),
-                    Err(errno) => {
-                        names.iter().map(|_| Err(io::Error::from_raw_os_error(errno.raw_os_error()))).collect()
-                    }
-                }
-            }
-            Fs::Memory(_) => names.iter().map(|name| self.read(&dir.join(name), limit)).collect(),
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let opened = match self {
+            Fs::Real(None) => rustix::fs::open(dir, flags, Mode::empty()).map_err(io::Error::from),
+            Fs::Real(Some(c)) => c.open(dir, flags),
+            Fs::Memory(_) => return names.iter().map(|name| self.read(&dir.join(name), limit)).collect(),
+        };
+        match opened {
+            Ok(fd) => names
+                .iter()
+                .map(|name| match self {
+                    Fs::Real(Some(_)) => read_small_at(&fd, name, limit, true).or_else(|e| {
+                        // The name is a symlink leading out of its directory: resolve it from the root.
+                        if e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) {
+                            self.read(&dir.join(name), limit)
+                        } else {
+                            Err(e)
+                        }
+                    }),
+                    _ => read_small_at(&fd, name, limit, false),
+                })
+                .collect(),
+            Err(e) => names.iter().map(|_| Err(io::Error::new(e.kind(), e.to_string()))).collect(),
         }
     }
 
     pub(crate) fn read_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         match self {
-            Fs::Real => Ok(std::fs::read_dir(path)?
+            Fs::Real(None) => Ok(std::fs::read_dir(path)?
                 .filter_map(|e| e.ok())
                 .filter_map(|e| e.file_name().into_string().ok())
                 .collect()),
+            Fs::Real(Some(c)) => {
+                use rustix::fs::OFlags;
+                let fd = c.open(path, OFlags::RDONLY | OFlags::DIRECTORY)?;
+                let mut names = Vec::new();
+                for entry in rustix::fs::Dir::new(fd)? {
+                    let entry = entry?;
+                    if let Ok(name) = entry.file_name().to_str() {
+                        if name != "." && name != ".." {
+                            names.push(name.to_owned());
+                        }
+                    }
+                }
+                Ok(names)
+            }
             Fs::Memory(tree) => tree.read_dir(path),
         }
     }
 
     pub(crate) fn read_link(&self, path: &Path) -> Option<PathBuf> {
         match self {
-            Fs::Real => std::fs::read_link(path).ok(),
+            Fs::Real(None) => std::fs::read_link(path).ok(),
+            Fs::Real(Some(c)) => {
+                use rustix::fs::OFlags;
+                let (parent, name) = (path.parent()?, path.file_name()?);
+                let dir = c.open(parent, OFlags::PATH | OFlags::DIRECTORY).ok()?;
+                let target = rustix::fs::readlinkat(&dir, name, Vec::new()).ok()?;
+                Some(PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(
+                    target.into_bytes(),
+                )))
+            }
             Fs::Memory(tree) => tree.read_link(path),
         }
     }
 
     pub(crate) fn is_dir(&self, path: &Path) -> bool {
         match self {
-            Fs::Real => path.is_dir(),
+            Fs::Real(None) => path.is_dir(),
+            Fs::Real(Some(c)) => c.open(path, rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY).is_ok(),
             Fs::Memory(tree) => tree
                 .resolve(path, true)
                 .is_some_and(|p| matches!(tree.entries.get(&p), Some(Entry::Dir)) || tree.children.contains_key(&p)),
@@ -295,7 +494,8 @@ impl Fs {
 
     pub(crate) fn exists(&self, path: &Path) -> bool {
         match self {
-            Fs::Real => path.exists(),
+            Fs::Real(None) => path.exists(),
+            Fs::Real(Some(c)) => c.open(path, rustix::fs::OFlags::PATH).is_ok(),
             Fs::Memory(tree) => tree.resolve(path, true).is_some_and(|p| tree.entries.contains_key(&p)),
         }
     }
@@ -309,9 +509,28 @@ fn read_small(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 
 /// Reads `name` relative to an open directory (`openat`): the kernel resolves one component,
 /// not the whole path from the root.
-fn read_small_at(dir: &rustix::fd::OwnedFd, name: &str, limit: u64) -> io::Result<Vec<u8>> {
-    use rustix::fs::{Mode, OFlags};
-    let file = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+/// Confined: a name that is a symlink leading out of `dir` fails with `EXDEV`.
+fn read_small_at(dir: &rustix::fd::OwnedFd, name: &str, limit: u64, confined: bool) -> io::Result<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let file = if confined {
+        match rustix::fs::openat2(dir, name, flags, Mode::empty(), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS)
+        {
+            // Without openat2, a symlinked name fails here (ELOOP) and is resolved from the root.
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::LOOP) => {
+                rustix::fs::openat(dir, name, flags | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| {
+                    if e == rustix::io::Errno::LOOP {
+                        io::Error::from(rustix::io::Errno::XDEV)
+                    } else {
+                        e.into()
+                    }
+                })?
+            }
+            other => other?,
+        }
+    } else {
+        rustix::fs::openat(dir, name, flags, Mode::empty())?
+    };
     read_until_short(|buf| Ok(rustix::io::read(&file, buf)?), limit)
 }
 

@@ -27,6 +27,8 @@ impl Vendor for Gaudi {
             .map(|n| (n.address.expect("filtered"), pci_accelerator(host, n, "intel", "gaudi")))
             .collect();
         let dir = host.path("/sys/class/accel");
+        let check_dev = crate::plugin::has_dev(host);
+        let mut hidden = Vec::new();
         for name in host.list_dir(&dir, SRC, &mut report.warnings) {
             let dev = dir.join(&name).join("device");
             let Some(ty) = host.read_attr(&dev.join("device_type"), SRC, &mut report.warnings) else { continue };
@@ -34,6 +36,13 @@ impl Vendor for Gaudi {
                 .parse_attr(&dev.join("pci_addr"), SRC, &mut report.warnings, |t| t.parse::<PciAddr>().ok())
                 .or_else(|| host.resolve_link(&dev).and_then(|p| p.file_name()?.to_str()?.parse().ok()));
             let Some(acc) = addr.and_then(|a| accs.get_mut(&a)) else { continue };
+            // The habanalabs runtime opens /dev/accel/accel<N> (older drivers: /dev/hl<N>).
+            let legacy = name.strip_prefix("accel").map(|n| format!("/dev/hl{n}"));
+            let opened = host.exists(&host.path(&format!("/dev/accel/{name}")))
+                || legacy.is_some_and(|l| host.exists(&host.path(&l)));
+            if check_dev && !opened {
+                hidden.extend(acc.pci.map(|p| p.to_string()));
+            }
             if acc.sku.is_none() {
                 acc.product = format!("Intel {ty}");
             }
@@ -43,6 +52,12 @@ impl Vendor for Gaudi {
                 report.attributes.insert(format!("gaudi.module_id.{}", acc.id), module.to_string());
             }
         }
+        report.warnings.extend(crate::plugin::not_visible(
+            SRC,
+            "/dev/accel/accel*",
+            &hidden,
+            "the runtime cannot use them",
+        ));
         let accs: Vec<Accelerator> = accs.into_values().collect();
         let same_sku = accs.windows(2).all(|w| w[0].sku == w[1].sku);
         let scale_up = accs.first().and_then(|a| host.skus().get(a.sku.as_deref()?)).and_then(|s| s.scale_up);

@@ -69,9 +69,10 @@ const MAX_ATTR_BYTES: u64 = 64 * 1024;
 impl Host {
     /// A host rooted at `root` (`/` for the live machine), with an empty environment.
     pub fn new(root: impl Into<PathBuf>, skus: SkuRegistry) -> Host {
+        let root = root.into();
         Host {
-            root: root.into(),
-            fs: Fs::Real,
+            fs: Fs::real(&root),
+            root,
             env: BTreeMap::new(),
             skus,
             nvml: None,
@@ -273,6 +274,11 @@ impl Host {
     /// `None` when `path` is not a symlink.
     pub fn resolve_link(&self, path: &Path) -> Option<PathBuf> {
         let target = self.fs.read_link(path)?;
+        if target.is_absolute() {
+            if let Fs::Real(Some(confined)) = &self.fs {
+                confined.note_escape(path);
+            }
+        }
         let base =
             if target.is_absolute() { self.root.clone() } else { path.parent().unwrap_or(&self.root).to_path_buf() };
         Some(self.normalize(&base, &target))
@@ -293,6 +299,15 @@ impl Host {
             }
         }
         out
+    }
+
+    /// In-machine paths whose symlinks led out of a captured root (each was resolved inside
+    /// it instead); empty for `/` and for in-memory trees, whose absolute links are in-machine.
+    pub fn root_escapes(&self) -> Vec<String> {
+        match &self.fs {
+            Fs::Real(Some(confined)) => confined.escapes().iter().map(|p| self.display(p)).collect(),
+            _ => Vec::new(),
+        }
     }
 
     pub fn warning(&self, source: &str, path: &Path, message: String) -> Warning {

@@ -44,16 +44,73 @@ use accel_model::Machine;
 /// function an earlier plugin claimed.
 pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     let mut machine = linux::read_platform(host);
+    let mut unusable = std::collections::BTreeSet::new();
     for plugin in plugins {
         let report = plugin.discover(host, &machine);
-        machine.accelerators.extend(report.accelerators);
+        unusable.extend(report.unusable);
+        let usable = |a: &accel_model::Accelerator| !a.pci.is_some_and(|p| unusable.contains(&p));
+        machine.accelerators.extend(report.accelerators.into_iter().filter(usable));
         machine.links.extend(report.links);
         machine.domains.extend(report.domains);
         machine.warnings.extend(report.warnings);
         machine.attributes.extend(report.attributes);
     }
+    let all = host.root_escapes();
+    // Name each place once: a path under another listed one adds nothing.
+    let escapes: Vec<String> = all
+        .iter()
+        .filter(|p| !all.iter().any(|q| q != *p && std::path::Path::new(p).starts_with(q)))
+        .cloned()
+        .collect();
+    if !escapes.is_empty() {
+        let shown: Vec<&str> = escapes.iter().take(5).map(String::as_str).collect();
+        let more = if escapes.len() > 5 { format!(" and {} more", escapes.len() - 5) } else { String::new() };
+        machine.warnings.push(accel_model::Warning {
+            source: "host".into(),
+            path: escapes.first().cloned(),
+            message: format!(
+                "symlinks lead out of the root ({}{more}); resolved inside the root, never on this machine",
+                shown.join(", ")
+            ),
+        });
+    }
+    add_missing_functions(&mut machine);
     assign_indices(&mut machine);
     machine
+}
+
+/// An accelerator that a vendor runtime reports at a PCI address the PCI tree lacks (a
+/// KFD-only capture, a container's partial `/sys`) gets a parentless endpoint there, so every
+/// accelerator's PCI function is in the tree; with no path to a host bridge its locality stays
+/// unknown (`SYS`, or `NODE` by NUMA node), as before.
+fn add_missing_functions(machine: &mut Machine) {
+    let mut added = Vec::new();
+    for acc in &machine.accelerators {
+        let Some(addr) = acc.pci else { continue };
+        let id = addr.to_string();
+        if machine.pci_node(&id).is_some() || added.iter().any(|n: &accel_model::PciNode| n.id == id) {
+            continue;
+        }
+        let mut node = accel_model::PciNode::new(id, accel_model::PciNodeKind::Endpoint, None);
+        node.vendor = acc.pci_vendor;
+        node.device = acc.pci_device;
+        node.numa_node = acc.numa_node;
+        added.push(node);
+    }
+    if added.is_empty() {
+        return;
+    }
+    added.sort_by_key(|n| n.address);
+    let names: Vec<&str> = added.iter().map(|n| n.id.as_str()).collect();
+    machine.warnings.push(accel_model::Warning {
+        source: "host".into(),
+        path: Some("/sys/bus/pci/devices".into()),
+        message: format!(
+            "accelerators at {} are not in the PCI tree (known from their vendor runtime only); their PCI locality is unknown",
+            names.join(", ")
+        ),
+    });
+    machine.pci.extend(added);
 }
 
 /// What a worker needs in order to see exactly the accelerators `ids` of `machine`: each

@@ -94,6 +94,19 @@ impl Vendor for Neuron {
         if cores > 0 {
             report.attributes.insert("aws.neuron_cores".into(), cores.to_string());
         }
+        // The Neuron runtime opens /dev/neuron<N> (N in PCI order, as neuron<N> above).
+        if crate::plugin::has_dev(host) {
+            let hidden: Vec<String> = (0..accs.len())
+                .filter(|i| !host.exists(&host.path(&format!("/dev/neuron{i}"))))
+                .filter_map(|i| accs[i].pci.map(|p| p.to_string()))
+                .collect();
+            report.warnings.extend(crate::plugin::not_visible(
+                SRC,
+                "/dev/neuron*",
+                &hidden,
+                "the runtime cannot use them",
+            ));
+        }
         report.links = pairs.into_iter().map(|p| sku_link(host, &accs, p, LinkKind::Neuronlink, 1)).collect();
         report.accelerators = accs;
         report

@@ -1,7 +1,9 @@
 //! The NVIDIA plugin: GPUs from NVML (live or recorded) with memory, UUID, serial, NVLink
 //! (direct, through NVSwitch, C2C), the NVLink fabric clique and MIG devices (each reported as a
 //! partition of its GPU); without NVML, from procfs (`/proc/driver/nvidia/gpus/*/information`)
-//! with a warning that links are unknown.
+//! with a warning that links are unknown. When NVML answers, it decides which GPUs exist for
+//! this process (a container sees a subset of the host's PCI GPUs); isolation names GPUs and MIG
+//! devices by UUID.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,7 +44,10 @@ impl Vendor for Nvidia {
         };
         let mut partitions = BTreeMap::new();
         match snapshot {
-            Ok(snapshot) => partitions = apply_nvml(host, platform, &snapshot, &mut gpus, &mut report),
+            Ok(snapshot) => {
+                partitions = apply_nvml(host, platform, &snapshot, &mut gpus, &mut report);
+                report.unusable = keep_visible(&snapshot, &mut gpus, &mut report.warnings);
+            }
             Err(e) => {
                 procfs(host, &mut gpus, &mut report.warnings);
                 if !gpus.is_empty() {
@@ -65,10 +70,11 @@ impl Vendor for Nvidia {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        // CUDA takes MIG devices only by UUID (`MIG-...`). When a MIG partition is among the
-        // devices, every device is named by UUID (`GPU-...` for whole GPUs, which CUDA also
-        // accepts), falling back to the index where the UUID is unknown.
-        let mut isolation = if devices.iter().any(|d| d.partition.is_some()) {
+        // By UUID (`GPU-...`, and `MIG-...`, which CUDA takes only by UUID): a UUID names the
+        // same device whatever subset of the host's GPUs this process sees (a container), where
+        // an index would not. Falls back to the index where a UUID is unknown (procfs without
+        // one), with CUDA told to count in PCI bus order as our indices do.
+        let mut isolation = if devices.iter().any(|d| d.partition.is_some() || d.uuid.is_some()) {
             let list: Vec<String> =
                 devices.iter().map(|d| d.uuid.clone().unwrap_or_else(|| d.index.to_string())).collect();
             Isolation { env: [("CUDA_VISIBLE_DEVICES".to_owned(), list.join(","))].into() }
@@ -79,6 +85,39 @@ impl Vendor for Nvidia {
         isolation.env.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
         isolation
     }
+}
+
+/// NVML decides which GPUs exist for this process: in a container, sysfs lists every GPU of
+/// the host while NVML (and CUDA) see only those passed in. GPUs on PCI that NVML does not list
+/// are dropped, with a warning naming them, so no index, Ray resource or visibility value points
+/// at a device this process cannot use. A snapshot with no devices and errors is a failed NVML,
+/// not an empty machine: PCI stands, with the errors as warnings.
+fn keep_visible(
+    snap: &NvmlSnapshot,
+    gpus: &mut BTreeMap<PciAddr, Accelerator>,
+    warnings: &mut Vec<Warning>,
+) -> Vec<PciAddr> {
+    if snap.devices.is_empty() && !snap.errors.is_empty() {
+        return Vec::new();
+    }
+    let listed: BTreeSet<PciAddr> = snap.devices.iter().filter_map(|d| parse_bus_id(&d.pci_bus_id)).collect();
+    let hidden: Vec<PciAddr> = gpus.keys().filter(|a| !listed.contains(a)).copied().collect();
+    if hidden.is_empty() {
+        return hidden;
+    }
+    for addr in &hidden {
+        gpus.remove(addr);
+    }
+    let names: Vec<String> = hidden.iter().map(ToString::to_string).collect();
+    warnings.push(Warning {
+        source: SRC.into(),
+        path: None,
+        message: format!(
+            "GPUs {} are on PCI but not visible to NVML (not passed into this container?); they are not reported",
+            names.join(", ")
+        ),
+    });
+    hidden
 }
 
 fn parse_bus_id(text: &str) -> Option<PciAddr> {
@@ -261,6 +300,7 @@ fn mig_partitions(parent: &Accelerator, dev: &NvmlDevice, warnings: &mut Vec<War
             physical_id: parent.id.clone(),
             index: mig.index,
             mode: mig.profile_name().map_or_else(|| "MIG".to_owned(), |p| format!("MIG {p}")),
+            compute_units: None,
         });
         out.push(acc);
     }

@@ -29,6 +29,10 @@ pub struct Report {
     pub warnings: Vec<Warning>,
     /// Platform facts for [`Machine::attributes`] (later plugins see them).
     pub attributes: BTreeMap<String, String>,
+    /// PCI functions of this plugin's family that its runtime says this process cannot use (a
+    /// container given a subset of the host's devices): not reported, by this plugin or a later
+    /// one (the generic PCI plugin).
+    pub unusable: Vec<accel_model::PciAddr>,
 }
 
 /// Environment variables that confine a worker to a set of devices.
@@ -116,4 +120,23 @@ pub fn isolate_by_index(devices: &[&Accelerator], vars: &[&str]) -> Isolation {
 pub fn link_gbps(host: &Host, acc: &Accelerator, count: u32) -> Option<f64> {
     let sku = host.skus().get(acc.sku.as_deref()?)?;
     sku.scale_up.map(|s| s.gbps_per_link() * f64::from(count))
+}
+
+/// Whether the root has a `/dev` to check runtime device nodes in (the live machine, a
+/// container); captures carry none, and then nothing is checked.
+pub(crate) fn has_dev(host: &Host) -> bool {
+    host.is_dir(&host.path("/dev"))
+}
+
+/// The warning for devices on PCI that the vendor runtime cannot open here (no device node: a
+/// container given a subset of the host's devices), naming them.
+pub(crate) fn not_visible(source: &str, node: &str, hidden: &[String], consequence: &str) -> Option<Warning> {
+    (!hidden.is_empty()).then(|| Warning {
+        source: source.into(),
+        path: Some(node.into()),
+        message: format!(
+            "devices {} are on PCI but have no {node} device node (not passed into this container?); {consequence}",
+            hidden.join(", ")
+        ),
+    })
 }

@@ -130,6 +130,34 @@ impl Vendor for Tpu {
             .unwrap_or_else(|| default_bounds(accs.len()));
         report.links =
             ici_pairs(accs.len(), bounds).into_iter().map(|p| sku_link(host, &accs, p, LinkKind::Ici, 1)).collect();
+        // The TPU runtime opens one device node per chip: /dev/accel<N> (v2-v4) or a VFIO group
+        // (/dev/vfio/<N>, v5e and later). Fewer nodes than chips: some chips are not usable here.
+        if crate::plugin::has_dev(host) {
+            let mut warnings = Vec::new();
+            let count = |dir: &str, prefix: &str, warnings: &mut Vec<_>| {
+                host.list_dir(&host.path(dir), "tpu", warnings)
+                    .iter()
+                    .filter(|n| {
+                        n.strip_prefix(prefix).is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+                    })
+                    .count()
+            };
+            let nodes = count("/dev", "accel", &mut warnings) + count("/dev/vfio", "", &mut warnings);
+            if nodes < accs.len() {
+                let all: Vec<String> = accs.iter().filter_map(|a| a.pci.map(|p| p.to_string())).collect();
+                report.warnings.push(accel_model::Warning {
+                    source: "tpu".into(),
+                    path: Some("/dev".into()),
+                    message: format!(
+                        "{} TPU chips on PCI ({}) but {nodes} /dev/accel* or /dev/vfio/* device nodes: some chips \
+                         are not usable here (not passed into this container?)",
+                        accs.len(),
+                        all.join(", ")
+                    ),
+                });
+            }
+            report.warnings.extend(warnings);
+        }
         report.accelerators = accs;
         report
     }

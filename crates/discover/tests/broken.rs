@@ -177,3 +177,51 @@ proptest! {
         prop_assert!(m.pci.len() >= 2);
     }
 }
+
+/// Regression: an absolute symlink inside `--root` (such as `sys/devices/pci0000:00 ->
+/// /sys/devices/pci0000:00`, or the NUMA directory) was followed by the kernel, so the live
+/// machine's devices showed up in a "captured" one. Every read now resolves inside the root, and
+/// the link out is a warning.
+#[test]
+fn absolute_symlinks_never_reach_the_live_machine() {
+    let t = Tree::new("escape");
+    // The captured machine has one NUMA node (cpus 0-3) and one PCI function, both under
+    // directories that are absolute links to the live /sys.
+    t.link("sys/devices/system", "/sys/devices/system");
+    t.file("sys/devices/pci0000:00/0000:00:01.0/vendor", "0x10de\n");
+    t.link("sys/bus/pci/devices/0000:00:01.0", "../../../devices/pci0000:00/0000:00:01.0");
+    // A live PCI host bridge behind an absolute link, and a link to the live bus listing.
+    t.link("sys/devices/pci0000:00/0000:00:01.0/live", "/sys/devices");
+    let live_bdfs: Vec<String> = std::fs::read_dir("/sys/bus/pci/devices")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|b| b != "0000:00:01.0").collect())
+        .unwrap_or_default();
+    for bdf in live_bdfs.iter().take(3) {
+        t.link(&format!("sys/bus/pci/devices/{bdf}"), &format!("/sys/bus/pci/devices/{bdf}"));
+    }
+    let m = t.discover();
+    // Nothing of the live machine: no NUMA node read from the live /sys (the implicit one only,
+    // with no CPUs from the live machine), no live PCI function.
+    assert!(m.numa_nodes.iter().all(|n| n.cpus.is_empty()), "{:?}", m.numa_nodes);
+    for bdf in live_bdfs.iter().take(3) {
+        let node = m.pci_node(bdf);
+        assert!(node.is_none_or(|n| n.vendor.is_none() && n.class.is_none()), "live {bdf} read: {node:?}");
+    }
+    let ours = m.pci_node("0000:00:01.0").expect("the captured function");
+    assert_eq!(ours.vendor, Some(accel_model::PciId(0x10de)));
+    let w: Vec<_> = m.warnings.iter().filter(|w| w.message.contains("symlinks lead out of the root")).collect();
+    assert_eq!(w.len(), 1, "{:#?}", m.warnings);
+    assert!(w[0].message.contains("/sys/devices/system"), "{:?}", w[0]);
+}
+
+/// The same rule for in-tree absolute links whose target exists in the capture: they resolve
+/// inside the root (re-rooted), and the link is reported.
+#[test]
+fn absolute_symlink_inside_the_capture_is_rerooted_and_reported() {
+    let t = Tree::new("reroot");
+    t.file("sys/devices/real-node/node0/cpulist", "0-3\n");
+    t.link("sys/devices/system/node", "/sys/devices/real-node");
+    let m = t.discover();
+    assert_eq!(m.numa_nodes.len(), 1);
+    assert_eq!(m.numa_nodes[0].cpus.len(), 4, "read through the re-rooted link: {:?}", m.numa_nodes);
+    assert!(m.warnings.iter().any(|w| w.message.contains("symlinks lead out of the root")), "{:#?}", m.warnings);
+}

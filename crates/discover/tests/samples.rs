@@ -130,6 +130,13 @@ fn mi300x_cpx_partitions() {
     assert_eq!(class(&m, 0, 8), "XGMI1");
     let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[9].id]);
     assert_eq!(iso.env["HIP_VISIBLE_DEVICES"], "9");
+    // Regression: every partition claimed the whole package's 192 GiB, so `min_memory_gb`
+    // over-promised eightfold. Each reports its share and its own KFD node's compute units
+    // (152 SIMDs / 4 per CU = 38 of MI300X's 304), the GPU listing 7 nodes included.
+    for a in &m.accelerators {
+        assert_eq!(a.memory_bytes, Some(192 << 30 >> 3), "{}", a.id);
+        assert_eq!(a.partition.as_ref().unwrap().compute_units, Some(38), "{}", a.id);
+    }
 }
 
 #[test]
@@ -359,7 +366,7 @@ fn tpu_trn2_gaudi3_mixed() {
     assert_eq!(class(&m, 0, 2), "SYS");
     let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[1].id, &m.accelerators[3].id]);
     assert_eq!(iso.env["HIP_VISIBLE_DEVICES"], "1");
-    assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], "1");
+    assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], m.accelerators[3].uuid.clone().unwrap(), "NVIDIA by UUID");
     assert_eq!(iso.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
 }
 

@@ -462,3 +462,123 @@ fn imds_zone_and_labels_file() {
         ]
     );
 }
+
+/// The dgx-h100 sample as a container that was given two of its eight GPUs: sysfs still lists
+/// all eight, NVML (the recording, as `nvidia-smi` inside the container would see it) lists two.
+fn dgx_container(keep: &[usize]) -> (Machine, Vec<NvmlDevice>) {
+    let tree = accel_discover::samples::tree("dgx-h100").unwrap();
+    let host = Host::in_memory(Arc::new(tree.clone()), SkuRegistry::builtin());
+    let mut warnings = Vec::new();
+    let text = host.read_text(&host.path("/accel/nvml.json"), 16 << 20, "test", &mut warnings).unwrap();
+    let full = accel_discover::nvml::parse_recorded(&text).unwrap();
+    let seen: Vec<NvmlDevice> =
+        keep.iter().enumerate().map(|(i, &k)| NvmlDevice { index: i as u32, ..full.devices[k].clone() }).collect();
+    let snap = NvmlSnapshot { devices: seen.clone(), ..full };
+    let host = host.with_nvml(Arc::new(RecordedNvml(Ok(snap))));
+    (discover(&host, &default_plugins()), seen)
+}
+
+/// Regression: NVIDIA indices came from sysfs PCI order and isolation used them, so in a
+/// container (sysfs: every host GPU; NVML and CUDA: a subset) `CUDA_VISIBLE_DEVICES` named the
+/// wrong GPUs and Ray got resources for GPUs the process cannot use, with no warning.
+#[test]
+fn nvml_decides_which_gpus_exist_in_a_container() {
+    let (m, seen) = dgx_container(&[2, 5]);
+    let nvidia: Vec<&accel_model::Accelerator> = m.accelerators.iter().filter(|a| a.vendor == "nvidia").collect();
+    assert_eq!(nvidia.len(), 2);
+    for (acc, dev) in nvidia.iter().zip(&seen) {
+        assert_eq!(acc.uuid, dev.uuid);
+        assert_eq!(acc.index, dev.index, "indices follow what this process sees");
+        assert_eq!(acc.pci.unwrap().to_string(), dev.pci_bus_id.to_ascii_lowercase()[4..]);
+    }
+    // The six others are named in one warning.
+    let w = m.warnings.iter().find(|w| w.message.contains("not visible to NVML")).expect("warning");
+    assert_eq!(w.message.matches("0000:").count(), 6, "{w}");
+    // Isolation by UUID: right whatever CUDA's numbering inside the container.
+    let ids: Vec<&str> = nvidia.iter().map(|a| a.id.as_str()).collect();
+    let iso = accel_discover::isolate(&default_plugins(), &m, &ids[1..]);
+    assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], seen[1].uuid.clone().unwrap());
+    // Ray resources only for the two usable GPUs.
+    let ray = accel_discover::export::ray_labels(&m);
+    let devs: Vec<&String> = ray.resources.keys().filter(|k| k.starts_with("accel_dev_nvidia_")).collect();
+    assert_eq!(devs, ["accel_dev_nvidia_0", "accel_dev_nvidia_1"]);
+    // The PCI tree still holds every GPU's function (topology stays whole).
+    assert_eq!(
+        m.pci
+            .iter()
+            .filter(|n| n.vendor == Some(accel_model::PciId(0x10de)) && n.class.is_some_and(|c| c.base() == 3))
+            .count(),
+        8
+    );
+}
+
+/// NVML with every GPU: nothing dropped, no warning, UUIDs in CUDA_VISIBLE_DEVICES.
+#[test]
+fn nvml_with_every_gpu_drops_nothing() {
+    let (m, seen) = dgx_container(&[0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(m.accelerators.len(), 8);
+    assert!(!warned(&m, "not visible to NVML"));
+    let ids: Vec<&str> = m.accelerators.iter().map(|a| a.id.as_str()).collect();
+    let iso = accel_discover::isolate(&default_plugins(), &m, &ids[..2]);
+    let want: Vec<String> = seen[..2].iter().map(|d| d.uuid.clone().unwrap()).collect();
+    assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], want.join(","));
+}
+
+/// A sample with a `/dev` holding only `nodes`, as a container given some of the devices.
+fn with_dev(sample: &str, nodes: &[&str]) -> Machine {
+    let mut tree = accel_discover::samples::tree(sample).unwrap();
+    tree.remove(std::path::Path::new("/dev"));
+    tree.add_dir("/dev");
+    for n in nodes {
+        tree.add_file(*n, "");
+    }
+    run(tree)
+}
+
+/// The same rule for every vendor with a runtime device list: devices on PCI that the runtime
+/// cannot open here are named in a warning. AMD (KFD + render nodes) reports only the usable
+/// ones; TPU, Neuron and Gaudi warn.
+#[test]
+fn runtime_device_nodes_name_what_this_process_cannot_use() {
+    let full = run(accel_discover::samples::tree("mi300x").unwrap());
+    assert_eq!(full.accelerators.len(), 8);
+    assert!(!warned(&full, "device node"), "no /dev in a capture: nothing checked");
+    let m = with_dev("mi300x", &["/dev/dri/renderD128", "/dev/dri/renderD130"]);
+    assert_eq!(m.accelerators.len(), 2, "{:#?}", m.warnings);
+    assert_eq!(m.accelerators.iter().map(|a| a.index).collect::<Vec<_>>(), [0, 1]);
+    let w = m.warnings.iter().find(|w| w.message.contains("/dev/dri/renderD*")).expect("amd warning");
+    assert_eq!(w.message.matches("(renderD").count(), 6, "{w}");
+    let ray = accel_discover::export::ray_labels(&m);
+    assert_eq!(ray.resources.keys().filter(|k| k.starts_with("accel_dev_amd_")).count(), 2);
+
+    let trn = with_dev("trn2", &["/dev/neuron0", "/dev/neuron1"]);
+    let w = trn.warnings.iter().find(|w| w.message.contains("/dev/neuron*")).expect("neuron warning");
+    assert_eq!(w.message.matches(':').count() / 2, 14, "{w}");
+
+    let gaudi = with_dev("gaudi3", &["/dev/accel/accel0", "/dev/hl1"]);
+    let w = gaudi.warnings.iter().find(|w| w.message.contains("/dev/accel/accel*")).expect("gaudi warning");
+    assert_eq!(w.message.matches("0000:").count(), 6, "{w}");
+
+    let tpu = with_dev("tpu-v6e", &["/dev/vfio/0", "/dev/vfio/1", "/dev/vfio/vfio"]);
+    assert!(warned(&tpu, "but 2 /dev/accel* or /dev/vfio/* device nodes"), "{:#?}", tpu.warnings);
+    // Every node present: no warning.
+    let all: Vec<String> = (0..8).map(|i| format!("/dev/vfio/{i}")).collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    assert!(!warned(&with_dev("tpu-v6e", &all), "device nodes"));
+}
+
+/// Found by the mutation properties: two KFD nodes naming one PCI function with no partition
+/// id (`unique_id`) to tell them apart gave two accelerators with one id; and a GPU that only
+/// its runtime reports (here KFD, no PCI sysfs) had a PCI address missing from the tree.
+#[test]
+fn repeated_kfd_node_is_skipped_and_runtime_only_gpus_join_the_tree() {
+    let mut t = MemTree::new();
+    let node = "cpu_cores_count 0\nsimd_count 304\nsimd_per_cu 4\nlocation_id 17152\ndomain 0\ndevice_id 29857\n";
+    t.add_file("/sys/class/kfd/kfd/topology/nodes/1/properties", node);
+    t.add_file("/sys/class/kfd/kfd/topology/nodes/2/properties", node);
+    let m = run(t);
+    assert_eq!(m.accelerators.len(), 1, "{:#?}", m.accelerators);
+    assert!(warned(&m, "repeats the PCI function of amd-0000:43:00.0"));
+    assert!(m.pci_node("0000:43:00.0").is_some(), "runtime-only GPU in the PCI tree");
+    assert!(warned(&m, "not in the PCI tree"));
+}

@@ -205,6 +205,9 @@ pub struct Partition {
     pub index: u32,
     /// Vendor mode name: `CPX`, `DPX`, `MIG 1g.10gb`.
     pub mode: String,
+    /// Compute units (AMD CUs) of this partition alone, when the driver says.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub compute_units: Option<u32>,
 }
 
 /// A network interface on PCI: a netdev, an RDMA device, or both on one function.

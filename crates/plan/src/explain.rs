@@ -79,7 +79,7 @@ fn best_text(p: &Planner, nodes: &[usize], bundle: &Bundle, st: Stage) -> Option
     let mut best: Option<(f64, usize, u64)> = None;
     for &n in nodes {
         let prep = search::prepare(p.topo(n), bundle, st);
-        if let Some((mask, s)) = search::best(p.topo(n), &prep, p.free_mask(n)) {
+        if let Some((mask, s)) = search::best(p.topo(n), &prep, p.free_mask(n), p.meter()) {
             if best.is_none_or(|(bs, _, _)| s > bs) {
                 best = Some((s, n, mask));
             }
@@ -102,10 +102,10 @@ fn diagnose(p: &Planner, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<I
             let free = if s >= 2 { p.free_mask(n) } else { topo.all };
             let prep = search::prepare(topo, bundle, st);
             if name == "cpus" {
-                feasible |= search::best(topo, &prep, free).is_some();
+                feasible |= search::best(topo, &prep, free, p.meter()).is_some();
                 continue;
             }
-            let got = search::largest(&prep, free);
+            let got = search::largest(&prep, free, p.meter());
             if best.is_none_or(|(_, m)| got.count_ones() > m.count_ones()) {
                 best = Some((n, got));
             }
@@ -124,7 +124,7 @@ fn diagnose(p: &Planner, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<I
         if name != "cpus" {
             let mut part: Option<(usize, u64)> = None;
             for &n in nodes {
-                let got = search::largest(&search::prepare(p.topo(n), bundle, Stage::ALL), p.free_mask(n));
+                let got = search::largest(&search::prepare(p.topo(n), bundle, Stage::ALL), p.free_mask(n), p.meter());
                 if part.is_none_or(|(_, m)| got.count_ones() > m.count_ones()) {
                     part = Some((n, got));
                 }
@@ -146,6 +146,7 @@ fn diagnose(p: &Planner, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<I
             constraint: name.to_owned(),
             message,
             nearest: if nearest.is_empty() { None } else { Some(nearest.join("; or ")) },
+            budget_exhausted: false,
         });
     }
     None
@@ -165,6 +166,7 @@ pub(crate) fn explain(
             constraint: "select".into(),
             message: format!("no node carries {}", want.join(", ")),
             nearest: None,
+            budget_exhausted: false,
         });
     }
     let reps = p.representatives(&selected);
@@ -205,16 +207,16 @@ pub(crate) fn explain(
     let mut relaxed = request.clone();
     let nearest = if request.same.is_some() {
         relaxed.same = None;
-        p.plan(&relaxed)
+        p.plan_bounded(&relaxed)
             .ok()
             .map(|pl| format!("without same={}: {}", request.same.as_deref().unwrap_or(""), summary(&pl)))
     } else if request.strategy == crate::Strategy::Spread {
         relaxed.strategy = crate::Strategy::Pack;
-        p.plan(&relaxed).ok().map(|pl| format!("with pack instead of spread: {}", summary(&pl)))
+        p.plan_bounded(&relaxed).ok().map(|pl| format!("with pack instead of spread: {}", summary(&pl)))
     } else {
         None
     };
-    PlanError::Infeasible(Infeasible { bundle: None, constraint, message, nearest })
+    PlanError::Infeasible(Infeasible { bundle: None, constraint, message, nearest, budget_exhausted: false })
 }
 
 fn summary(pl: &crate::Placement) -> String {

@@ -55,6 +55,10 @@ pub struct Infeasible {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nearest: Option<String>,
+    /// A search ran out of its step budget ([`SEARCH_BUDGET`]) without finding a valid set: a
+    /// placement may exist that the bounded search did not reach.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub budget_exhausted: bool,
 }
 
 impl fmt::Display for Infeasible {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::cluster::{machine_domains, Cluster, MachineRef, Node, Topo, Topos};
 use crate::request::{Bundle, Request, Strategy};
 use crate::score::{score, Breakdown};
-use crate::search::{self, Prepared, Stage};
+use crate::search::{self, Meter, Prepared, Stage};
 use crate::{explain, PlanError};
 
 /// Bonus for placing a bundle on a node an earlier bundle of the same `pack` request uses.
@@ -69,6 +69,9 @@ struct Exact {
     placed: Vec<(usize, usize, u64, Breakdown)>,
 }
 
+/// A cached search: the best set and its score, and whether the search ran out of budget.
+type Searched = (Option<(u64, f64)>, bool);
+
 /// Nodes that are interchangeable for the planner: same labels, topology and free devices.
 type GroupKey = (usize, usize, u64);
 
@@ -85,7 +88,10 @@ pub struct Planner {
     allocations: BTreeMap<u64, Vec<(usize, u64)>>,
     next_id: u64,
     prepared: HashMap<(usize, u64), Arc<Prepared>>,
-    cache: HashMap<(usize, u64, u64), Option<(u64, f64)>>,
+    /// Best set per (topology, free devices, bundle), and whether that search ran out of budget.
+    cache: HashMap<(usize, u64, u64), Searched>,
+    /// Steps of the searches of the current (last) plan.
+    meter: Meter,
 }
 
 /// A partial decision inside one candidate domain.
@@ -148,6 +154,7 @@ impl Planner {
             next_id: 1,
             prepared: HashMap::new(),
             cache: HashMap::new(),
+            meter: Meter::default(),
         }
     }
 
@@ -311,23 +318,45 @@ impl Planner {
     }
 
     fn best_cached(&mut self, topo: usize, free: u64, bundle: &Bundle, key: u64) -> Option<(u64, f64)> {
-        if let Some(hit) = self.cache.get(&(topo, free, key)) {
-            return *hit;
+        if let Some(&(hit, exhausted)) = self.cache.get(&(topo, free, key)) {
+            if exhausted {
+                self.meter.note_exhausted();
+            }
+            return hit;
         }
         let prep = self.prepared(topo, bundle, key);
-        let result = search::best(&self.topos.list[topo], &prep, free);
+        let before = self.meter.steps();
+        let result = search::best(&self.topos.list[topo], &prep, free, &self.meter);
+        let exhausted = result.is_none() && self.meter.steps() - before > u64::from(search::SEARCH_BUDGET);
         if self.cache.len() > 1_000_000 {
             self.cache.clear();
         }
-        self.cache.insert((topo, free, key), result);
+        self.cache.insert((topo, free, key), (result, exhausted));
         result
     }
 
+    /// Search steps the last [`Planner::plan`] (or [`Planner::allocate`]) took, explanation
+    /// included. Each search stops at [`search::SEARCH_BUDGET`] steps, so this is bounded by
+    /// the request's size, never by the number of subsets.
+    pub fn last_search_steps(&self) -> u64 {
+        self.meter.steps()
+    }
+
     /// Plans without committing. Fails with an explanation naming the constraint that cannot
-    /// be met and the nearest feasible alternative.
+    /// be met and the nearest feasible alternative. Every search is bounded; when one ran out of
+    /// budget and nothing was found, the explanation says so (`budget_exhausted`).
     pub fn plan(&mut self, request: &Request) -> Result<Placement, PlanError> {
+        self.meter.reset();
+        self.plan_bounded(request)
+    }
+
+    pub(crate) fn plan_bounded(&mut self, request: &Request) -> Result<Placement, PlanError> {
         validate(request)?;
         let units = self.units(request, None);
+        // Constraints no selected node can meet even when empty go straight to the explanation.
+        if self.impossible(request) {
+            return Err(explain::explain(self, request, &units, None));
+        }
         let keys: Vec<u64> = request.bundles.iter().map(Planner::bundle_key).collect();
         let mut best: Option<Attempt> = None;
         let mut best_partial: Option<(usize, Attempt)> = None;
@@ -352,7 +381,31 @@ impl Planner {
         if let Some(attempt) = best {
             return Ok(self.placement(request, attempt));
         }
-        Err(explain::explain(self, request, &units, best_partial))
+        let exhausted = self.meter.exhausted();
+        let mut err = explain::explain(self, request, &units, best_partial);
+        if let PlanError::Infeasible(why) = &mut err {
+            if exhausted && !why.budget_exhausted {
+                why.budget_exhausted = true;
+                why.message += &format!(
+                    " (infeasible, budget exhausted: a search stopped after {} steps without a valid set)",
+                    search::SEARCH_BUDGET
+                );
+            }
+        }
+        Err(err)
+    }
+
+    /// Whether some bundle asks for more than any selected node holds: more devices than its
+    /// free ones, or more CPU cores than all its NUMA nodes together.
+    fn impossible(&self, request: &Request) -> bool {
+        let nodes = self.representatives(&self.selected_nodes(request));
+        request.bundles.iter().any(|b| {
+            !nodes.iter().any(|&n| {
+                let topo = self.topo(n);
+                let cores: u32 = topo.numa_cpus.values().sum();
+                self.free[n].count_ones() >= b.count && b.cpus.is_none_or(|c| cores >= c)
+            })
+        })
     }
 
     /// Candidate units for a request: every domain of kind `same` (or each node for
@@ -440,7 +493,7 @@ impl Planner {
             let free = ex.overrides.iter().rev().find(|(n, _)| *n == node).map_or(self.free[node], |(_, f)| *f);
             let topo = self.nodes[node].topo;
             let prep = self.prepared(topo, &request.bundles[b], keys[b]);
-            let Some(options) = search::all(&self.topos.list[topo], &prep, free) else {
+            let Some(options) = search::all(&self.topos.list[topo], &prep, free, &self.meter) else {
                 ex.leaves = EXACT_BUDGET + 1;
                 return;
             };
@@ -482,7 +535,7 @@ impl Planner {
                         me.best_cached(topo, free, bundle, keys[b])
                     } else {
                         let prep = me.prepared(topo, bundle, keys[b]);
-                        search::best(&me.topos.list[topo], &prep, free)
+                        search::best(&me.topos.list[topo], &prep, free, &me.meter)
                     };
                     if let Some((mask, s)) = found {
                         let s = s + if used { W_PACK } else { 0.0 };
@@ -576,6 +629,9 @@ impl Planner {
     }
     pub(crate) fn free_mask(&self, node: usize) -> u64 {
         self.free[node]
+    }
+    pub(crate) fn meter(&self) -> &Meter {
+        &self.meter
     }
     pub(crate) fn selected_nodes(&self, request: &Request) -> Vec<usize> {
         (0..self.nodes.len())

@@ -2,13 +2,47 @@
 //! constraint is a per-device filter or a pairwise compatibility, so a valid bundle is a clique
 //! of the compatibility graph; small nodes are enumerated exactly.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use crate::cluster::Topo;
 use crate::request::{Bundle, Connectivity, NicDistance};
 use crate::score::score;
 
-/// Search steps per (node state, bundle) before the best found so far is taken. Exact for
-/// every node up to 16 devices (C(16, 8) = 12,870 subsets).
+/// Search steps per (node state, bundle), counted from the first step: past it the best found
+/// so far is taken, or none ("infeasible, budget exhausted"). Exact for every node up to 16
+/// devices (C(16, 8) = 12,870 subsets).
 pub const SEARCH_BUDGET: u32 = 200_000;
+
+/// Counts the steps of every search a planner runs, and whether one gave up empty-handed.
+/// Atomics, so read-only paths (explanations) can count through `&Planner`.
+#[derive(Debug, Default)]
+pub(crate) struct Meter {
+    steps: AtomicU64,
+    exhausted: AtomicBool,
+}
+
+impl Meter {
+    pub fn reset(&self) {
+        self.steps.store(0, Ordering::Relaxed);
+        self.exhausted.store(false, Ordering::Relaxed);
+    }
+    fn add(&self, steps: u32, exhausted_empty: bool) {
+        self.steps.fetch_add(u64::from(steps), Ordering::Relaxed);
+        if exhausted_empty {
+            self.exhausted.store(true, Ordering::Relaxed);
+        }
+    }
+    pub fn note_exhausted(&self) {
+        self.exhausted.store(true, Ordering::Relaxed);
+    }
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::Relaxed)
+    }
+    /// Whether a search ran out of budget without finding any valid subset.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted.load(Ordering::Relaxed)
+    }
+}
 
 /// A bundle compiled against one topology.
 #[derive(Debug, Clone)]
@@ -110,26 +144,35 @@ pub(crate) fn near_cpus(topo: &Topo, chosen: u64) -> u32 {
 }
 
 /// The best valid subset of `free` for the bundle: its mask and score. Ties go to the subset
-/// found first (lowest device indices), so the answer is deterministic.
-pub(crate) fn best(topo: &Topo, prep: &Prepared, free: u64) -> Option<(u64, f64)> {
+/// found first (lowest device indices), so the answer is deterministic. At most
+/// [`SEARCH_BUDGET`] steps: past it, the best found so far (or `None`, noted in `meter`).
+pub(crate) fn best(topo: &Topo, prep: &Prepared, free: u64, meter: &Meter) -> Option<(u64, f64)> {
     let cands = prep.eligible & free;
-    if prep.count == 0 || cands.count_ones() < prep.count {
+    if prep.count == 0 || cands.count_ones() < prep.count || !cpus_reachable(topo, prep, cands) {
         return None;
     }
     let mut state = Dfs { topo, prep, free, best: None, steps: 0, all: None };
     state.go(0, cands, prep.count);
+    meter.add(state.steps, state.steps > SEARCH_BUDGET && state.best.is_none());
     state.best
+}
+
+/// Whether the NUMA nodes of `chosen` hold enough CPU cores for the bundle: a bound (adding
+/// devices never removes NUMA nodes), so a search cut here misses nothing.
+fn cpus_reachable(topo: &Topo, prep: &Prepared, chosen: u64) -> bool {
+    prep.cpus.is_none_or(|cpus| near_cpus(topo, chosen) >= cpus)
 }
 
 /// Every valid subset of `free` for the bundle with its score, in enumeration order; `None`
 /// past the search budget.
-pub(crate) fn all(topo: &Topo, prep: &Prepared, free: u64) -> Option<Vec<(u64, f64)>> {
+pub(crate) fn all(topo: &Topo, prep: &Prepared, free: u64, meter: &Meter) -> Option<Vec<(u64, f64)>> {
     let cands = prep.eligible & free;
-    if prep.count == 0 || cands.count_ones() < prep.count {
+    if prep.count == 0 || cands.count_ones() < prep.count || !cpus_reachable(topo, prep, cands) {
         return Some(Vec::new());
     }
     let mut state = Dfs { topo, prep, free, best: None, steps: 0, all: Some(Vec::new()) };
     state.go(0, cands, prep.count);
+    meter.add(state.steps, false);
     if state.steps > SEARCH_BUDGET {
         return None;
     }
@@ -164,10 +207,15 @@ impl Dfs<'_> {
             }
             return;
         }
+        if self.steps > SEARCH_BUDGET || !cpus_reachable(self.topo, self.prep, chosen | cands) {
+            return;
+        }
         let mut rest = cands;
         while rest != 0 && rest.count_ones() >= left {
+            // Counted from the first step, found or not: an impossible bundle on a node with
+            // many devices must not enumerate every subset.
             self.steps += 1;
-            if self.steps > SEARCH_BUDGET && self.best.is_some() {
+            if self.steps > SEARCH_BUDGET {
                 return;
             }
             let d = rest.trailing_zeros() as usize;
@@ -179,10 +227,11 @@ impl Dfs<'_> {
 
 /// The largest valid subset of `free` (ignoring the CPU constraint): the nearest feasible
 /// bundle when the requested count cannot be met.
-pub(crate) fn largest(prep: &Prepared, free: u64) -> u64 {
+pub(crate) fn largest(prep: &Prepared, free: u64, meter: &Meter) -> u64 {
     let mut best = 0u64;
     let mut steps = 0u32;
     grow(prep, 0, prep.eligible & free, &mut best, &mut steps);
+    meter.add(steps, false);
     best
 }
 

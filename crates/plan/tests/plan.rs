@@ -229,3 +229,56 @@ fn select_a_node_by_name() {
     assert_eq!(why.constraint, "select");
     assert_eq!(why.message, "no node carries node=c");
 }
+
+/// Regression: a `cpus` constraint no node can meet used to enumerate every subset of a node
+/// with many partitions (C(32, 12) = 225 million) because the step budget only started after a
+/// first candidate. It is now rejected before the search, and every search is bounded.
+#[test]
+fn impossible_cpus_on_many_partitions_is_rejected_before_the_search() {
+    let mut p = Planner::new(&cluster(&[("mi308x", support::Spec::partitions32())])).unwrap();
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 12, "cpus": 100000}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "cpus");
+    assert!(why.message.contains("100000 CPU cores"), "{}", why.message);
+    // The explanation still names the nearest feasible alternative (without the cpus constraint).
+    assert!(why.nearest.as_deref().is_some_and(|n| n.contains("without the cpus constraint")), "{why:?}");
+    // Bounded: the explanation's searches, each at most SEARCH_BUDGET steps.
+    assert!(p.last_search_steps() <= 8 * u64::from(accel_plan::SEARCH_BUDGET), "{}", p.last_search_steps());
+}
+
+/// Regression: cores that exist, but not on few enough NUMA nodes, are found infeasible by the
+/// search itself, and the search stops at its budget without a candidate.
+#[test]
+fn cpus_only_reachable_with_more_numa_nodes_stays_bounded() {
+    let mut p = Planner::new(&cluster(&[("mi308x", support::Spec::partitions32())])).unwrap();
+    // 64 cores in all (4 NUMA nodes of 16): 3 devices can span at most 48.
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 3, "cpus": 64}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "cpus");
+    assert!(p.last_search_steps() <= 8 * u64::from(accel_plan::SEARCH_BUDGET), "{}", p.last_search_steps());
+    // And a feasible one on the same node: 4 devices across 4 NUMA nodes.
+    let got = p.plan(&request(r#"{"bundles": [{"count": 4, "cpus": 64}]}"#)).unwrap();
+    let numa: std::collections::BTreeSet<_> = got.bundles[0].devices.iter().map(|d| d.numa_node).collect();
+    assert_eq!(numa.len(), 4);
+}
+
+/// The budget counts from the first step: a bundle whose devices never form a valid set (here
+/// no 17 of 48 devices are pairwise linked: a complete 16-partite link graph, 3^16 cliques of
+/// 16) stops after SEARCH_BUDGET steps and says "infeasible, budget exhausted" with its
+/// explanation.
+#[test]
+fn search_without_any_candidate_stops_at_the_budget() {
+    let mut spec = support::Spec::partitions32();
+    spec.gpus = 48;
+    spec.numa = (0..48).map(|i| (i / 12) as u32).collect();
+    spec.links = (0..48)
+        .flat_map(|a| (a + 1..48).map(move |b| (a, b)))
+        .filter(|(a, b)| a % 16 != b % 16)
+        .map(|(a, b)| (a, b, 128.0))
+        .collect();
+    let mut p = Planner::new(&cluster(&[("n", spec)])).unwrap();
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 17, "connectivity": "scale-up"}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "connectivity");
+    assert!(why.budget_exhausted, "{why:?}");
+    assert!(why.message.contains("budget exhausted"), "{}", why.message);
+    assert!(p.last_search_steps() <= 8 * u64::from(accel_plan::SEARCH_BUDGET), "{}", p.last_search_steps());
+    assert!(p.last_search_steps() > u64::from(accel_plan::SEARCH_BUDGET));
+}

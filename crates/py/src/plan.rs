@@ -29,24 +29,35 @@ struct PyPlanner {
 
 #[pymethods]
 impl PyPlanner {
+    // Building, planning and allocating run without the GIL (`py.detach`): a Ray driver's
+    // other threads keep running while a large request is searched.
     #[new]
-    fn new(cluster_json: &str) -> PyResult<Self> {
+    fn new(py: Python<'_>, cluster_json: &str) -> PyResult<Self> {
         let cluster: Cluster = parse(cluster_json, "cluster")?;
-        Ok(PyPlanner { inner: accel_plan::Planner::new(&cluster).map_err(plan_error)? })
+        let inner = py.detach(|| accel_plan::Planner::new(&cluster)).map_err(plan_error)?;
+        Ok(PyPlanner { inner })
     }
 
     /// Plans without committing; returns the placement as JSON.
-    fn plan(&mut self, request_json: &str) -> PyResult<String> {
+    fn plan(&mut self, py: Python<'_>, request_json: &str) -> PyResult<String> {
         let request: Request = parse(request_json, "request")?;
-        let placement = self.inner.plan(&request).map_err(plan_error)?;
+        let inner = &mut self.inner;
+        let placement = py.detach(|| inner.plan(&request)).map_err(plan_error)?;
         serde_json::to_string(&placement).map_err(to_py(|m| placement_error(m, "{}".into())))
     }
 
     /// Plans and commits; returns the placement (with its allocation id) as JSON.
-    fn allocate(&mut self, request_json: &str) -> PyResult<String> {
+    fn allocate(&mut self, py: Python<'_>, request_json: &str) -> PyResult<String> {
         let request: Request = parse(request_json, "request")?;
-        let placement = self.inner.allocate(&request).map_err(plan_error)?;
+        let inner = &mut self.inner;
+        let placement = py.detach(|| inner.allocate(&request)).map_err(plan_error)?;
         serde_json::to_string(&placement).map_err(to_py(|m| placement_error(m, "{}".into())))
+    }
+
+    /// Search steps the last `plan` or `allocate` took (bounded per search by the planner's
+    /// step budget).
+    fn last_search_steps(&self) -> u64 {
+        self.inner.last_search_steps()
     }
 
     fn release(&mut self, id: u64) -> PyResult<()> {
@@ -101,8 +112,8 @@ fn sample_names() -> Vec<&'static str> {
 
 /// An embedded sample machine as JSON, or `None` for an unknown name.
 #[pyfunction]
-fn sample_machine_json(name: &str) -> PyResult<Option<String>> {
-    accel_discover::samples::machine(name)
+fn sample_machine_json(py: Python<'_>, name: &str) -> PyResult<Option<String>> {
+    py.detach(|| accel_discover::samples::machine(name))
         .map(|m| serde_json::to_string(&m))
         .transpose()
         .map_err(to_py(|m| placement_error(m, "{}".into())))
@@ -111,10 +122,15 @@ fn sample_machine_json(name: &str) -> PyResult<Option<String>> {
 /// A cluster of embedded samples as JSON (`accel_plan::Cluster::add_nodes`, as `accel cluster`).
 #[pyfunction]
 #[pyo3(signature = (spec, rack_size = None, clique_trays = 18))]
-fn sample_cluster_json(spec: Vec<(String, usize)>, rack_size: Option<usize>, clique_trays: usize) -> PyResult<String> {
+fn sample_cluster_json(
+    py: Python<'_>,
+    spec: Vec<(String, usize)>,
+    rack_size: Option<usize>,
+    clique_trays: usize,
+) -> PyResult<String> {
     let mut cluster = Cluster::default();
     for (name, count) in spec {
-        let machine = accel_discover::samples::machine(&name).ok_or_else(|| {
+        let machine = py.detach(|| accel_discover::samples::machine(&name)).ok_or_else(|| {
             let known = accel_discover::samples::names().join(", ");
             placement_error(format!("no sample named {name:?}; known: {known}"), "{}".into())
         })?;

@@ -22,9 +22,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _native
+
+if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
 from .._plan import PlacementError, Planner, load_request
 
 NODE_LABEL = "accel.io/node"
@@ -57,7 +60,7 @@ def _vendor_key(device: dict[str, Any]) -> str:
     family = (device.get("family") or "").lower()
     if device["vendor"] == "intel" and family.startswith("gaudi"):
         return "intel-gaudi"
-    return device["vendor"]
+    return str(device["vendor"])
 
 
 def ray_resource(device: dict[str, Any]) -> str:
@@ -194,7 +197,7 @@ class AccelPlacementGroup:
     bundle `i` with `Actor.options(**apg.options(i)).remote()`.
     """
 
-    def __init__(self, pg, placement: dict[str, Any], machines: dict[str, dict[str, Any]]):
+    def __init__(self, pg: PlacementGroup, placement: dict[str, Any], machines: dict[str, dict[str, Any]]):
         self.pg = pg
         self.placement = placement
         self._machines = machines
@@ -210,10 +213,11 @@ class AccelPlacementGroup:
         return len(self.placement["bundles"])
 
     def node(self, i: int) -> str:
-        return self.placement["bundles"][i]["node"]
+        return str(self.placement["bundles"][i]["node"])
 
     def devices(self, i: int) -> list[dict[str, Any]]:
-        return self.placement["bundles"][i]["devices"]
+        devices: list[dict[str, Any]] = self.placement["bundles"][i]["devices"]
+        return devices
 
     def env(self, i: int) -> dict[str, str]:
         """The visibility environment of bundle `i`."""
@@ -244,7 +248,7 @@ class AccelPlacementGroup:
         return opts
 
     def ready(self, timeout_s: float = 30.0) -> bool:
-        return self.pg.wait(timeout_seconds=timeout_s)
+        return bool(self.pg.wait(timeout_seconds=timeout_s))
 
     def remove(self) -> None:
         from ray.util import remove_placement_group
@@ -327,7 +331,7 @@ _ATTEMPTS = 3
 _POLL_S = 1.0
 
 
-def _taken_meanwhile(placement: dict[str, Any], machines: dict[str, dict[str, Any]], pg) -> bool:
+def _taken_meanwhile(placement: dict[str, Any], machines: dict[str, dict[str, Any]], pg: PlacementGroup) -> bool:
     """True when a planned device's resource is no longer free in Ray and this group does not
     hold it (Ray names a group's reserved resources `<name>_group_..._<group id>`)."""
     from ray._private import state

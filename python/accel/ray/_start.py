@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shlex
 import socket
 import subprocess
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> int:
         return rc
     import ray
 
-    ray.init(address="auto", logging_level="ERROR")
+    ray.init(address="auto", logging_level=logging.ERROR)
     try:
         publish_machine(name, machine)
     finally:

@@ -34,7 +34,7 @@ import time
 import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, cast
 
 import numpy as np
 
@@ -51,19 +51,19 @@ try:
         TensorTransportMetadata,
     )
 except ImportError:  # pragma: no cover - Ray is an optional dependency
-    TensorTransportManager = object  # type: ignore[assignment,misc]
-    TensorTransportMetadata = object  # type: ignore[assignment,misc]
-    CommunicatorMetadata = None  # type: ignore[assignment]
+    TensorTransportManager = object  # type: ignore[assignment,misc,unused-ignore]
+    TensorTransportMetadata = object  # type: ignore[assignment,misc,unused-ignore]
+    CommunicatorMetadata = None  # type: ignore[assignment,misc,unused-ignore]
 
 
 @dataclass
-class AccelTransportMetadata(TensorTransportMetadata):  # type: ignore[misc]
+class AccelTransportMetadata(TensorTransportMetadata):  # type: ignore[misc,unused-ignore]
     """Ray's per-object metadata plus one accel reference per array."""
 
     refs: List[Any] = field(default_factory=list)
 
 
-class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc]
+class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc,unused-ignore]
     """One-sided: the source publishes each array, the receiver gets it (zero-copy on a host)."""
 
     def tensor_transport_backend(self) -> str:
@@ -77,20 +77,26 @@ class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc]
     def can_abort_transport() -> bool:
         return False
 
-    def actor_has_tensor_transport(self, actor) -> bool:
+    def actor_has_tensor_transport(self, actor: Any) -> bool:
         return True
 
-    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List[Any]):
+    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List[Any]) -> AccelTransportMetadata:
         refs = [_t.put(a) for a in rdt_object]
         meta = [(r.shape, np.lib.format.descr_to_dtype(r.dtype)) for r in refs]
         return AccelTransportMetadata(tensor_meta=meta, tensor_device="cpu", refs=refs)
 
-    def get_communicator_metadata(self, src_actor, dst_actor, backend: Optional[str] = None):
+    def get_communicator_metadata(self, src_actor: Any, dst_actor: Any, backend: Optional[str] = None) -> Any:
         return CommunicatorMetadata()
 
-    def recv_multiple_tensors(self, obj_id, tensor_transport_metadata, communicator_metadata, target_buffers=None):
-        out = []
-        for i, ref in enumerate(tensor_transport_metadata.refs):
+    def recv_multiple_tensors(
+        self,
+        obj_id: str,
+        tensor_transport_metadata: TensorTransportMetadata,
+        communicator_metadata: Any,
+        target_buffers: List[Any] | None = None,
+    ) -> List[Any]:
+        out: List[Any] = []
+        for i, ref in enumerate(cast(AccelTransportMetadata, tensor_transport_metadata).refs):
             target = None if target_buffers is None else target_buffers[i]
             if target is not None and target.flags.c_contiguous and target.shape == tuple(ref.shape):
                 out.append(_t.get(ref, out=target))
@@ -101,14 +107,16 @@ class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc]
                 out.append(_t.get(ref))
         return out
 
-    def send_multiple_tensors(self, tensors, tensor_transport_metadata, communicator_metadata):
+    def send_multiple_tensors(
+        self, tensors: List[Any], tensor_transport_metadata: TensorTransportMetadata, communicator_metadata: Any
+    ) -> None:
         raise NotImplementedError("ACCEL is one-sided: receivers fetch")
 
-    def garbage_collect(self, obj_id, tensor_transport_meta, tensors) -> None:
-        for ref in tensor_transport_meta.refs:
+    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: Any) -> None:
+        for ref in cast(AccelTransportMetadata, tensor_transport_meta).refs:
             _t.free(ref)
 
-    def abort_transport(self, obj_id, communicator_metadata) -> None:
+    def abort_transport(self, obj_id: str, communicator_metadata: Any) -> None:
         pass
 
 
@@ -130,12 +138,12 @@ def _install_collective_stub() -> None:
 def _enable_tensor_transport_by_default() -> None:
     import ray.actor
 
-    original = ray.actor._process_option_dict
+    original: Callable[..., Any] = ray.actor._process_option_dict
     if getattr(original, "__accel_patched__", False):
         return
 
     @functools.wraps(original)
-    def process_option_dict(actor_options, has_tensor_transport_methods):
+    def process_option_dict(actor_options: dict[str, Any], has_tensor_transport_methods: bool) -> Any:
         if actor_options.get("enable_tensor_transport") is None:
             actor_options = {**actor_options, "enable_tensor_transport": True}
         return original(actor_options, has_tensor_transport_methods)
@@ -161,7 +169,7 @@ def _share_secret_with_workers() -> None:
         return
 
     @functools.wraps(original)
-    def init(*args, **kwargs):
+    def init(*args: Any, **kwargs: Any) -> Any:
         env = kwargs.get("runtime_env")
         if env is None or isinstance(env, dict):
             env = dict(env or {})
@@ -199,7 +207,7 @@ def _hook_shutdown() -> None:
         return
 
     @functools.wraps(original)
-    def shutdown(*args, **kwargs):
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
         was_up = ray.is_initialized()
         result = original(*args, **kwargs)
         if was_up:

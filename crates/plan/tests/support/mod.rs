@@ -69,6 +69,24 @@ impl Spec {
     }
 }
 
+impl Spec {
+    /// One node with the shape of four MI308X in CPX mode: 32 partitions on 4 NUMA nodes of
+    /// 16 cores, every pair joined by the package fabric or xGMI.
+    pub fn partitions32() -> Spec {
+        let all: Vec<usize> = (0..32).collect();
+        Spec {
+            vendor: "amd",
+            sku: None,
+            gpus: 32,
+            numa: (0..32).map(|i| (i / 8) as u32).collect(),
+            links: all_pairs(&all, 128.0),
+            nics: Vec::new(),
+            memory_gb: 24,
+            clique: None,
+        }
+    }
+}
+
 pub fn all_pairs(gpus: &[usize], gbps: f64) -> Vec<(usize, usize, f64)> {
     let mut out = Vec::new();
     for (i, &a) in gpus.iter().enumerate() {
@@ -97,16 +115,17 @@ pub fn build(spec: &Spec) -> Machine {
         });
     }
     for g in 0..spec.gpus {
-        // Bus numbers: host bridge g*16, root port at bus g*16, switch up g*16+1, down g*16+2.
-        let bus = g * 16 + 1;
+        // Bus numbers: host bridge g*16, root port at bus g*16, switch up g*16+1, down g*16+2;
+        // past 15 GPUs the next PCI domain.
+        let (dom, bus) = (g / 15, (g % 15) * 16 + 1);
         let numa = Some(spec.numa[g]);
-        let hb = format!("pci0000:{:02x}", bus - 1);
-        let rp = format!("0000:{:02x}:01.0", bus - 1);
-        let up = format!("0000:{:02x}:00.0", bus);
-        let down_gpu = format!("0000:{:02x}:00.0", bus + 1);
-        let down_nic = format!("0000:{:02x}:01.0", bus + 1);
-        let gpu = format!("0000:{:02x}:00.0", bus + 2);
-        let nic = format!("0000:{:02x}:00.0", bus + 3);
+        let hb = format!("pci{dom:04x}:{:02x}", bus - 1);
+        let rp = format!("{dom:04x}:{:02x}:01.0", bus - 1);
+        let up = format!("{dom:04x}:{:02x}:00.0", bus);
+        let down_gpu = format!("{dom:04x}:{:02x}:00.0", bus + 1);
+        let down_nic = format!("{dom:04x}:{:02x}:01.0", bus + 1);
+        let gpu = format!("{dom:04x}:{:02x}:00.0", bus + 2);
+        let nic = format!("{dom:04x}:{:02x}:00.0", bus + 3);
         m.pci.push(pci(hb.clone(), PciNodeKind::HostBridge, None, numa));
         m.pci.push(pci(rp.clone(), PciNodeKind::Bridge, Some(hb), numa));
         m.pci.push(pci(up.clone(), PciNodeKind::Bridge, Some(rp), numa));
