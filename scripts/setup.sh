@@ -10,8 +10,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import ray, numpy, pytest, mypy" >/dev/null 2>&1 || [ ! -x .venv/bin/maturin ]; then
   echo "== installing Python packages into .venv"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r python/requirements-dev.txt
+  # `python -m pip`, not .venv/bin/pip: a copied .venv's scripts still name the original's python.
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r python/requirements-dev.txt
 fi
 echo "== building the accel extension into .venv (maturin, profile pyext)"
 VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop -q

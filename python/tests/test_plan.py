@@ -159,7 +159,9 @@ def test_planning_releases_the_gil():
 
     thread = threading.Thread(target=plan)
     thread.start()
-    while not done.is_set():
+    # Each wait gives the GIL up, so the planning thread is never starved; a tick needs the GIL
+    # back, which a planner holding it would not give until it returns.
+    while not done.wait(0.001):
         ticks[0] += 1
     thread.join()
     assert planner.last_search_steps() > 0
