@@ -5,12 +5,12 @@ mod topo;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use accel_discover::{default_plugins, discover, load_registry, Host};
 use accel_model::{Machine, SkuRegistry};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 /// accel: see a node's accelerators, how they are linked, and where they sit relative to CPUs,
@@ -236,37 +236,17 @@ fn discover_machine(args: &SourceArgs) -> Result<Machine> {
 /// The host to discover: an embedded sample, a capture bundle file, a captured directory, or
 /// the live machine (the only one that gets the process environment, NVML and the network).
 fn make_host(args: &SourceArgs) -> Result<Host> {
-    let registry = registry(&args.registry)?;
-    if let Some(name) = &args.sample {
-        let Some(host) = accel_discover::samples::host(name, registry) else {
-            bail!("no sample named {name:?}; `accel samples` lists them");
-        };
-        return Ok(host.with_labels_file(args.labels_file.clone()));
-    }
-    if args.root.is_file() {
-        let bytes = std::fs::read(&args.root).with_context(|| format!("cannot read {}", args.root.display()))?;
-        let tree = accel_discover::fs::MemTree::parse_bundle(&bytes)
-            .with_context(|| format!("{} is not a capture bundle", args.root.display()))?;
-        return Ok(Host::in_memory(std::sync::Arc::new(tree), registry).with_labels_file(args.labels_file.clone()));
-    }
-    check_root(&args.root)?;
-    let mut host = Host::new(&args.root, registry).with_labels_file(args.labels_file.clone());
-    if args.root == Path::new("/") {
-        // Only the live machine's environment describes it; a capture carries its own.
-        host = host.with_env(std::env::vars().collect::<BTreeMap<_, _>>());
-        let mut net = accel_discover::NetConfig { enabled: !args.no_network, ..Default::default() };
-        if let Some(url) = std::env::var("ACCEL_GCE_METADATA_URL").ok().filter(|u| !u.is_empty()) {
-            net.gce_endpoint = url;
-        }
-        if let Some(url) = std::env::var("ACCEL_IMDS_URL").ok().filter(|u| !u.is_empty()) {
-            net.imds_endpoint = url;
-        }
-        host = host.with_net(net);
-        if let Some(nvml) = accel_discover::nvml_live::open() {
-            host = host.with_nvml(nvml);
-        }
-    }
-    Ok(host)
+    let source = match &args.sample {
+        Some(name) => accel_discover::Source::Sample(name.clone()),
+        None => accel_discover::Source::from_root(&args.root),
+    };
+    let options = accel_discover::OpenOptions {
+        registry: registry(&args.registry)?,
+        labels_file: args.labels_file.clone(),
+        network: !args.no_network,
+        env: std::env::vars().collect::<BTreeMap<_, _>>(),
+    };
+    Ok(Host::open(&source, options)?)
 }
 
 fn capture_readme(machine: &Machine) -> String {
@@ -276,12 +256,4 @@ fn capture_readme(machine: &Machine) -> String {
          who captured it, when, the driver versions, and that it may be published under Apache-2.0.\n",
         machine.accelerators.len()
     )
-}
-
-fn check_root(root: &Path) -> Result<()> {
-    std::fs::read_dir(root).with_context(|| format!("cannot read root {}", root.display()))?;
-    if !root.join("sys").is_dir() {
-        bail!("{} has no sys/ directory: not a Linux root or a captured machine", root.display());
-    }
-    Ok(())
 }

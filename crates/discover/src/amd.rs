@@ -94,6 +94,17 @@ impl Vendor for Amd {
         "amd"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "gpu",
+            "GPU",
+            Some("HIP_VISIBLE_DEVICES"),
+            Some("GPU"),
+            &crate::plugin::RAY_GPU_ENV,
+            Some("amd.com/gpu"),
+        )
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let kfd = read_kfd(host, &mut report.warnings);

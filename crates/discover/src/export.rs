@@ -28,55 +28,10 @@ impl RayNode {
     }
 }
 
-/// Ray's accelerator-type string for a device (`ray.util.accelerators`), where Ray has one.
+/// Ray's accelerator-type string for a device (`ray.util.accelerators`), where Ray has one: the
+/// SKU file's `ray_accelerator_type`, copied onto the device at discovery.
 pub fn ray_accelerator_type(acc: &Accelerator) -> Option<String> {
-    let sku = acc.sku.as_deref().unwrap_or("");
-    let by_sku: &[(&str, &str)] = &[
-        ("nvidia-a100", "A100"),
-        ("nvidia-h100", "H100"),
-        ("nvidia-h200", "H200"),
-        ("nvidia-h20", "H20"),
-        ("nvidia-gb200", "GB200"),
-        ("nvidia-gb300", "GB300"),
-        ("nvidia-b200", "B200"),
-        ("nvidia-b300", "B300"),
-        ("nvidia-l40s", "L40S"),
-        ("nvidia-l4", "L4"),
-        ("nvidia-rtx-pro-6000", "RTX-PRO-6000"),
-        ("google-tpu-v4", "TPU-V4"),
-        ("google-tpu-v5e", "TPU-V5LITEPOD"),
-        ("google-tpu-v5p", "TPU-V5P"),
-        ("google-tpu-v6e", "TPU-V6E"),
-        ("google-tpu7x", "TPU-V7X"),
-        ("intel-gaudi", "Intel-GAUDI"),
-        ("intel-max-1550", "Intel-GPU-Max-1550"),
-        ("intel-max-1100", "Intel-GPU-Max-1100"),
-    ];
-    if let Some((_, t)) = by_sku.iter().find(|(prefix, _)| sku.starts_with(prefix)) {
-        return Some((*t).to_owned());
-    }
-    if acc.vendor == "aws" {
-        return Some("aws-neuron-core".into());
-    }
-    if acc.vendor == "amd" {
-        // Ray's table in ray/_private/accelerators/amd_gpu.py, by PCI device id.
-        let t = match acc.pci_device?.0 {
-            0x738c => "AMD-Instinct-MI100",
-            0x7408 => "AMD-Instinct-MI250X",
-            0x740c => "AMD-Instinct-MI250X-MI250",
-            0x740f => "AMD-Instinct-MI210",
-            0x74a0 => "AMD-Instinct-MI300A",
-            0x74a1 => "AMD-Instinct-MI300X-OAM",
-            0x74a2 => "AMD-Instinct-MI308X-OAM",
-            0x74a9 => "AMD-Instinct-MI300X-HF",
-            0x74a5 => "AMD-Instinct-MI325X-OAM",
-            0x75a0 => "AMD-Instinct-MI350X-OAM",
-            0x75a3 => "AMD-Instinct-MI355X-OAM",
-            _ => return None,
-        };
-        return Some(t.into());
-    }
-    None
+    acc.vocabulary.ray_accelerator_type.clone()
 }
 
 /// A Kubernetes/Ray label value: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at

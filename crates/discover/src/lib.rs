@@ -23,6 +23,7 @@ pub mod platform;
 mod plugin;
 pub mod samples;
 mod skufiles;
+mod source;
 pub mod tpu;
 
 pub use amd::Amd;
@@ -35,7 +36,10 @@ pub use others::{Groq, IntelGpu};
 pub use platform::Platform;
 pub use plugin::{default_plugins, pci_accelerator, Isolation, Report, Vendor};
 pub use skufiles::{load_registry, SkuLoadError};
+pub use source::{OpenError, OpenOptions, Source};
 pub use tpu::Tpu;
+
+use std::collections::BTreeMap;
 
 use accel_model::Machine;
 
@@ -45,7 +49,11 @@ use accel_model::Machine;
 pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     let mut machine = linux::read_platform(host);
     for plugin in plugins {
-        let report = plugin.discover(host, &machine);
+        let mut report = plugin.discover(host, &machine);
+        let vocabulary = plugin.vocabulary();
+        for acc in &mut report.accelerators {
+            acc.vocabulary.fill_from(&vocabulary);
+        }
         machine.accelerators.extend(report.accelerators);
         machine.links.extend(report.links);
         machine.domains.extend(report.domains);
@@ -53,20 +61,51 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
         machine.attributes.extend(report.attributes);
     }
     assign_indices(&mut machine);
+    fill_isolation(&mut machine, plugins);
     machine
+}
+
+/// Gives every device with a visibility variable its isolation values: what its plugin's
+/// `isolate` puts in that variable for the device alone (its index, a UUID, a module id).
+fn fill_isolation(machine: &mut Machine, plugins: &[Box<dyn Vendor>]) {
+    for i in 0..machine.accelerators.len() {
+        let acc = &machine.accelerators[i];
+        let Some(var) = acc.vocabulary.visibility_env.clone() else { continue };
+        if !acc.vocabulary.isolation.is_empty() {
+            continue;
+        }
+        let Some(plugin) = plugins.iter().find(|p| p.id() == acc.plugin) else { continue };
+        if let Some(value) = plugin.isolate(&[acc]).env.get(&var) {
+            machine.accelerators[i].vocabulary.isolation = value.split(',').map(str::to_owned).collect();
+        }
+    }
 }
 
 /// What a worker needs in order to see exactly the accelerators `ids` of `machine`: each
 /// plugin isolates the devices it reported, and the environment variables are merged. Devices
 /// whose plugin has no visibility mechanism contribute nothing.
+///
+/// Devices of a plugin that is not in `plugins` (an out-of-process plugin, or a machine read
+/// from JSON) are isolated from the model alone: their isolation values, in `ids` order, in
+/// their visibility variable.
 pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
     let mut out = Isolation::default();
+    let devices: Vec<&accel_model::Accelerator> = ids.iter().filter_map(|id| machine.accelerator(id)).collect();
     for plugin in plugins {
-        let devices: Vec<&accel_model::Accelerator> =
-            ids.iter().filter_map(|id| machine.accelerator(id)).filter(|a| a.plugin == plugin.id()).collect();
-        if !devices.is_empty() {
-            out.env.extend(plugin.isolate(&devices).env);
+        let mine: Vec<&accel_model::Accelerator> =
+            devices.iter().copied().filter(|a| a.plugin == plugin.id()).collect();
+        if !mine.is_empty() {
+            out.env.extend(plugin.isolate(&mine).env);
         }
+    }
+    let mut by_model: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for acc in devices.iter().filter(|a| !plugins.iter().any(|p| p.id() == a.plugin)) {
+        if let Some(var) = &acc.vocabulary.visibility_env {
+            by_model.entry(var).or_default().extend(plugin::isolation_values(acc));
+        }
+    }
+    for (var, values) in by_model {
+        out.env.entry(var.to_owned()).or_insert_with(|| values.join(","));
     }
     out
 }

@@ -28,6 +28,17 @@ impl Vendor for Nvidia {
         "nvidia"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "gpu",
+            "GPU",
+            Some("CUDA_VISIBLE_DEVICES"),
+            Some("GPU"),
+            &crate::plugin::RAY_GPU_ENV,
+            Some("nvidia.com/gpu"),
+        )
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let mut gpus: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x10de, is_gpu_class)

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, Domain, Link, LinkKind, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
+use accel_model::{
+    Accelerator, Domain, Link, LinkKind, Machine, PciClass, PciId, PciNode, PciNodeKind, Vocabulary, Warning,
+};
 
 use crate::{Amd, Gaudi, GenericPci, Groq, Host, IntelGpu, Neuron, Nvidia, Platform, Tpu};
 
@@ -18,6 +20,40 @@ pub trait Vendor: Send + Sync {
     /// What a worker needs in order to see exactly these devices. Returns data; never sets
     /// environment variables itself.
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation;
+
+    /// The vocabulary of this plugin's devices (kind, label, visibility variable, Ray resource).
+    /// Discovery fills each reported device's empty vocabulary fields from it, so a plugin sets
+    /// only what differs per device (isolation values, NeuronCore counts).
+    fn vocabulary(&self) -> Vocabulary {
+        Vocabulary::default()
+    }
+}
+
+/// The variables Ray 2.60 may set for its `GPU` resource: it picks its NVIDIA, AMD or Intel
+/// manager by probing the node, so accel switches every one of them off when it sets visibility.
+pub const RAY_GPU_ENV: [&str; 3] = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"];
+
+/// A vocabulary with the common fields: `kind`, `label`, the visibility variable, Ray's resource
+/// (one unit per device) and the variables Ray manages for it, and the Kubernetes resource.
+pub fn vocabulary(
+    kind: &str,
+    label: &str,
+    visibility_env: Option<&str>,
+    ray_resource: Option<&str>,
+    ray_managed_env: &[&str],
+    k8s_resource: Option<&str>,
+) -> Vocabulary {
+    Vocabulary {
+        kind: kind.to_owned(),
+        label: label.to_owned(),
+        visibility_env: visibility_env.map(str::to_owned),
+        isolation: Vec::new(),
+        ray_resource: ray_resource.map(str::to_owned),
+        ray_units: ray_resource.map(|_| 1.0),
+        ray_managed_env: ray_managed_env.iter().map(|v| (*v).to_owned()).collect(),
+        ray_accelerator_type: None,
+        k8s_resource: k8s_resource.map(str::to_owned),
+    }
 }
 
 /// A plugin's findings: a partial answer with warnings beats an all-or-nothing error.
@@ -83,6 +119,11 @@ pub fn pci_accelerator(host: &Host, node: &PciNode, vendor: &str, plugin: &str) 
         uuid: None,
         serial: None,
         partition: None,
+        dtypes: sku.map(|s| s.dtypes.clone()).unwrap_or_default(),
+        vocabulary: Vocabulary {
+            ray_accelerator_type: sku.and_then(|s| s.ray_accelerator_type.clone()),
+            ..Default::default()
+        },
     }
 }
 
@@ -106,9 +147,10 @@ pub fn sku_link(host: &Host, accs: &[Accelerator], (i, j): (usize, usize), kind:
     Link { a: accs[i].id.clone(), b: accs[j].id.clone(), kind, count, gbps: link_gbps(host, &accs[i], count) }
 }
 
-/// Isolation by the devices' indices, comma-separated, in each of `vars`.
+/// Isolation by the devices' isolation values (their index where the plugin set none),
+/// comma-separated, in each of `vars`.
 pub fn isolate_by_index(devices: &[&Accelerator], vars: &[&str]) -> Isolation {
-    let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+    let list: Vec<String> = devices.iter().flat_map(|d| isolation_values(d)).collect();
     Isolation { env: vars.iter().map(|v| ((*v).to_owned(), list.join(","))).collect() }
 }
 
@@ -116,4 +158,13 @@ pub fn isolate_by_index(devices: &[&Accelerator], vars: &[&str]) -> Isolation {
 pub fn link_gbps(host: &Host, acc: &Accelerator, count: u32) -> Option<f64> {
     let sku = host.skus().get(acc.sku.as_deref()?)?;
     sku.scale_up.map(|s| s.gbps_per_link() * f64::from(count))
+}
+
+/// The values a device contributes to its visibility variable: its vocabulary's, else its index.
+pub fn isolation_values(acc: &Accelerator) -> Vec<String> {
+    if acc.vocabulary.isolation.is_empty() {
+        vec![acc.index.to_string()]
+    } else {
+        acc.vocabulary.isolation.clone()
+    }
 }

@@ -27,6 +27,7 @@ const SAMPLES: &[(&str, &[u8])] = &[
     sample!("tpu-v6e"),
     sample!("trn2"),
     sample!("gaudi3"),
+    sample!("gaudi2-modules"),
     sample!("nvidia-amd-mixed"),
     // Real machines from hwloc's test suite, converted from their tarballs by `accel capture`.
     sample!("hwloc-2p8co2t-8ve"),

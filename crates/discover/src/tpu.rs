@@ -76,6 +76,17 @@ impl Vendor for Tpu {
         "tpu"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "tpu",
+            "TPU",
+            Some("TPU_VISIBLE_CHIPS"),
+            Some("TPU"),
+            &["TPU_VISIBLE_CHIPS"],
+            Some("google.com/tpu"),
+        )
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let mut chips: BTreeMap<(u32, u8, u8), Accelerator> = BTreeMap::new();
