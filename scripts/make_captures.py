@@ -98,6 +98,22 @@ class Capture:
                 out.append(f"D {p}\n".encode())
         return b"".join(out)
 
+    def write_tree(self, root):
+        """Writes the capture as a directory tree (files and symlinks) under `root`."""
+        for p, text in sorted(self.files.items()):
+            dest = os.path.join(root, p.lstrip("/"))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "w") as f:
+                f.write(text)
+        for p, target in sorted(self.links.items()):
+            dest = os.path.join(root, p.lstrip("/"))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if os.path.lexists(dest):
+                os.remove(dest)
+            os.symlink(target, dest)
+        for p in sorted(self.dirs):
+            os.makedirs(os.path.join(root, p.lstrip("/")), exist_ok=True)
+
     def write(self, name, readme):
         d = os.path.join(HOSTS, name)
         os.makedirs(d, exist_ok=True)

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use accel_discover::{default_plugins, discover, load_registry, Host};
+use accel_discover::{load_registry, Host};
 use accel_model::{Machine, SkuRegistry};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -183,7 +183,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Capture(args) => {
             let host = make_host(&args.source)?;
-            let machine = discover(&host, &default_plugins());
+            let machine = accel_discover::discover_all(&host, &exec_options());
             let (tree, warnings) = accel_discover::capture::capture(&host, &machine);
             std::fs::create_dir_all(&args.out_dir)
                 .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
@@ -230,7 +230,12 @@ fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
 }
 
 fn discover_machine(args: &SourceArgs) -> Result<Machine> {
-    Ok(discover(&make_host(args)?, &default_plugins()))
+    Ok(accel_discover::discover_all(&make_host(args)?, &exec_options()))
+}
+
+/// External plugins are found through the process environment (`ACCEL_PLUGIN_DIR`, `PATH`).
+fn exec_options() -> accel_discover::exec::ExecOptions {
+    accel_discover::exec::ExecOptions::from_env(&std::env::vars().collect())
 }
 
 /// The host to discover: an embedded sample, a capture bundle file, a captured directory, or

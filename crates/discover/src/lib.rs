@@ -7,6 +7,7 @@
 
 pub mod amd;
 pub mod capture;
+pub mod exec;
 pub mod export;
 pub mod fs;
 pub mod gaudi;
@@ -34,7 +35,7 @@ pub use neuron::Neuron;
 pub use nvidia::Nvidia;
 pub use others::{Groq, IntelGpu};
 pub use platform::Platform;
-pub use plugin::{default_plugins, pci_accelerator, Isolation, Report, Vendor};
+pub use plugin::{default_plugins, pci_accelerator, plugins_with_external, Isolation, Report, Vendor};
 pub use skufiles::{load_registry, SkuLoadError};
 pub use source::{OpenError, OpenOptions, Source};
 pub use tpu::Tpu;
@@ -79,6 +80,15 @@ fn fill_isolation(machine: &mut Machine, plugins: &[Box<dyn Vendor>]) {
             machine.accelerators[i].vocabulary.isolation = value.split(',').map(str::to_owned).collect();
         }
     }
+}
+
+/// Discovers with the built-in plugins and the external ones `options` finds
+/// (`accel-plugin-<name>` in `ACCEL_PLUGIN_DIR` or on `PATH`), as the CLI and Python do.
+pub fn discover_all(host: &Host, options: &exec::ExecOptions) -> Machine {
+    let (plugins, warnings) = plugins_with_external(options);
+    let mut machine = discover(host, &plugins);
+    machine.warnings.extend(warnings);
+    machine
 }
 
 /// What a worker needs in order to see exactly the accelerators `ids` of `machine`: each

@@ -90,6 +90,20 @@ pub fn default_plugins() -> Vec<Box<dyn Vendor>> {
     ]
 }
 
+/// The built-in plugins and the external ones `options` finds (`accel-plugin-<name>`), in
+/// running order: the built-in vendor plugins, then the external ones by name, then the generic
+/// PCI fallback (so an external plugin claims its devices before the fallback does). The
+/// warnings name plugins that were skipped.
+pub fn plugins_with_external(options: &crate::exec::ExecOptions) -> (Vec<Box<dyn Vendor>>, Vec<Warning>) {
+    let mut plugins = default_plugins();
+    let reserved: Vec<&str> = plugins.iter().map(|p| p.id()).collect();
+    let (external, warnings) = crate::exec::find(options, &reserved);
+    let generic = plugins.pop().expect("the generic plugin is last");
+    plugins.extend(external.into_iter().map(|p| Box::new(p) as Box<dyn Vendor>));
+    plugins.push(generic);
+    (plugins, warnings)
+}
+
 /// An accelerator for a PCI function, filled from the PCI node and the SKU registry; plugins
 /// then add what their vendor interface knows (memory, UUID, serial, partition).
 pub fn pci_accelerator(host: &Host, node: &PciNode, vendor: &str, plugin: &str) -> Accelerator {
