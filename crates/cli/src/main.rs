@@ -1,5 +1,7 @@
 //! The `accel` binary: parses arguments, wires discovery, the registry and the renderers together.
 
+mod conformance;
+mod env;
 mod plan;
 mod topo;
 
@@ -43,6 +45,11 @@ enum Command {
     Cluster(plan::ClusterArgs),
     /// Place a request on a cluster: exact devices per bundle, or why it cannot be met.
     Plan(plan::PlanArgs),
+    /// Grade plugins: run the conformance suite on captures (and --live) and print the tiers.
+    Conformance(conformance::ConformanceArgs),
+    /// The environment fingerprint (drivers, firmware, runtimes, libraries, variables), or
+    /// `env diff A.json B.json`.
+    Env(env::EnvArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -51,7 +58,7 @@ enum Command {
 }
 
 #[derive(Debug, Args)]
-struct SourceArgs {
+pub(crate) struct SourceArgs {
     /// Read the machine from this directory instead of `/` (a captured tree holding sys/ and proc/).
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
@@ -69,7 +76,7 @@ struct SourceArgs {
 }
 
 #[derive(Debug, Args)]
-struct RegistryArgs {
+pub(crate) struct RegistryArgs {
     /// Extra SKU file (TOML) merged over the built-in registry; may be repeated.
     #[arg(long = "sku-file", value_name = "FILE")]
     sku_files: Vec<PathBuf>,
@@ -169,6 +176,18 @@ fn run(cli: Cli) -> Result<()> {
             writeln!(out)?;
         }
         Command::Plan(args) => plan::plan(&args, &mut out)?,
+        Command::Conformance(args) => {
+            if !conformance::run(&args, &mut out)? {
+                out.flush()?;
+                std::process::exit(1);
+            }
+        }
+        Command::Env(args) => {
+            if !env::run(&args, &mut out)? {
+                out.flush()?;
+                std::process::exit(1);
+            }
+        }
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
             let machine = discover_machine(&args.source)?;
@@ -184,7 +203,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Capture(args) => {
             let host = make_host(&args.source)?;
             let machine = accel_discover::discover_all(&host, &exec_options());
-            let (tree, warnings) = accel_discover::capture::capture(&host, &machine);
+            let (mut tree, warnings) = accel_discover::capture::capture(&host, &machine);
+            // The environment it came from travels with it (`accel env diff` reads it).
+            let fingerprint = accel_discover::fingerprint::collect_with(&host, &machine);
+            tree.add_file("/accel/env.json", serde_json::to_vec_pretty(&fingerprint)?);
             std::fs::create_dir_all(&args.out_dir)
                 .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
             let bundle = args.out_dir.join("capture.bundle");
@@ -224,7 +246,7 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
+pub(crate) fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
     let dir = std::env::var_os("ACCEL_SKU_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
     load_registry(dir.as_deref(), &args.sku_files).context("loading the SKU registry")
 }
@@ -240,7 +262,7 @@ fn exec_options() -> accel_discover::exec::ExecOptions {
 
 /// The host to discover: an embedded sample, a capture bundle file, a captured directory, or
 /// the live machine (the only one that gets the process environment, NVML and the network).
-fn make_host(args: &SourceArgs) -> Result<Host> {
+pub(crate) fn make_host(args: &SourceArgs) -> Result<Host> {
     let source = match &args.sample {
         Some(name) => accel_discover::Source::Sample(name.clone()),
         None => accel_discover::Source::from_root(&args.root),

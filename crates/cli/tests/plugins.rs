@@ -33,7 +33,8 @@ fn ascend_through_the_protocol_alone() {
 
     let topo = stdout(accel(&["topo", "--root", root], true));
     assert!(topo.contains("[NPU7]") && !topo.contains("ACC0"), "{topo}");
-    let m: serde_json::Value = serde_json::from_str(&stdout(accel(&["discover", "--root", root, "--json"], true))).unwrap();
+    let m: serde_json::Value =
+        serde_json::from_str(&stdout(accel(&["discover", "--root", root, "--json"], true))).unwrap();
     let accs = m["accelerators"].as_array().unwrap();
     assert_eq!(accs.len(), 8);
     assert!(accs.iter().all(|a| a["plugin"] == "ascend" && a["product"] == "Huawei Ascend 910B"));
@@ -42,7 +43,10 @@ fn ascend_through_the_protocol_alone() {
     assert!(m["warnings"].as_array().unwrap().is_empty(), "{}", m["warnings"]);
 
     let labels = stdout(accel(&["labels", "--root", root], true));
-    assert!(labels.contains("accel.io/accelerator-type=Ascend910B") && labels.contains("accel_dev_huawei_7"), "{labels}");
+    assert!(
+        labels.contains("accel.io/accelerator-type=Ascend910B") && labels.contains("accel_dev_huawei_7"),
+        "{labels}"
+    );
     let k8s = stdout(accel(&["labels", "--root", root, "--format", "k8s"], true));
     assert!(k8s.contains("accel.io/accelerator-count=8"), "{k8s}");
 
@@ -52,8 +56,11 @@ fn ascend_through_the_protocol_alone() {
     let cluster = dir.join("cluster.json");
     std::fs::write(&cluster, serde_json::json!({"nodes": [{"name": "atlas-0", "machine": m}]}).to_string()).unwrap();
     let request = dir.join("request.json");
-    std::fs::write(&request, r#"{"bundles": [{"count": 2, "same_numa": true, "dtypes": ["bf16"], "min_memory_gb": 60}]}"#)
-        .unwrap();
+    std::fs::write(
+        &request,
+        r#"{"bundles": [{"count": 2, "same_numa": true, "dtypes": ["bf16"], "min_memory_gb": 60}]}"#,
+    )
+    .unwrap();
     let placed: serde_json::Value = serde_json::from_str(&stdout(accel(
         &["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap(), "--json"],
         false,

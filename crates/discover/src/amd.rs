@@ -122,7 +122,9 @@ impl Vendor for Amd {
         let mut seen_part: BTreeMap<u64, u32> = BTreeMap::new();
         let mut claimed: BTreeSet<PciAddr> = BTreeSet::new();
         for n in &gpu_nodes {
-            let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")) else {
+            // A properties file without `location_id` (truncated) must not become 0000:00:00.0.
+            let located = n.props.contains_key("location_id");
+            let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")).filter(|_| located) else {
                 report.warnings.push(Warning {
                     source: SRC.into(),
                     path: Some(format!("{KFD}/{}/properties", n.id)),

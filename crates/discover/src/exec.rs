@@ -137,7 +137,7 @@ impl ExecPlugin {
 
     /// Runs `verb` with `root` as `ACCEL_ROOT` and `input` on stdin, and returns the one JSON
     /// document it printed, after checking its `protocol`.
-    pub fn call(&self, verb: &str, root: Option<&Path>, input: &Value) -> Result<Value, PluginError> {
+    pub fn run(&self, verb: &str, root: Option<&Path>, input: &Value) -> Result<Value, PluginError> {
         let name = self.name.to_owned();
         let mut cmd = Command::new(&self.path);
         cmd.arg(verb).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -293,15 +293,69 @@ pub fn parse_discover(name: &str, value: &Value) -> Report {
     report
 }
 
+/// A built-in plugin's protocol answers, in process: the same documents an executable prints.
+pub fn in_process<V: Vendor + ?Sized>(
+    plugin: &V,
+    verb: &str,
+    host: &Host,
+    platform: &Machine,
+    input: &Value,
+) -> Result<Value, PluginError> {
+    match verb {
+        "version" => Ok(serde_json::json!({
+            "protocol": PROTOCOL,
+            "name": plugin.id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "verbs": ["version", "discover", "isolate"],
+        })),
+        "discover" => {
+            let mut report = plugin.discover(host, platform);
+            let vocabulary = plugin.vocabulary();
+            for acc in &mut report.accelerators {
+                acc.vocabulary.fill_from(&vocabulary);
+            }
+            Ok(serde_json::json!({
+                "protocol": PROTOCOL,
+                "accelerators": report.accelerators,
+                "links": report.links,
+                "domains": report.domains,
+                "warnings": report.warnings,
+                "attributes": report.attributes,
+            }))
+        }
+        "isolate" => {
+            let devices: Vec<Accelerator> =
+                input.get("devices").cloned().and_then(|d| serde_json::from_value(d).ok()).ok_or_else(|| {
+                    PluginError::Garbage {
+                        name: plugin.id().into(),
+                        verb: verb.into(),
+                        message: "isolate input has no valid `devices`".into(),
+                    }
+                })?;
+            let refs: Vec<&Accelerator> = devices.iter().collect();
+            Ok(serde_json::json!({"protocol": PROTOCOL, "env": plugin.isolate(&refs).env}))
+        }
+        _ => Err(PluginError::Unsupported { name: plugin.id().into(), verb: verb.into() }),
+    }
+}
+
 impl Vendor for ExecPlugin {
     fn id(&self) -> &'static str {
         self.name
     }
 
+    fn call(&self, verb: &str, host: &Host, _platform: &Machine, input: &Value) -> Result<Value, PluginError> {
+        let root = ExecPlugin::root(host);
+        if root.is_none() && verb != "version" {
+            return Ok(serde_json::json!({"protocol": PROTOCOL, "accelerators": [], "devices": []}));
+        }
+        self.run(verb, root.as_deref(), input)
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let Some(root) = ExecPlugin::root(host) else { return Report::default() };
         let input = serde_json::json!({"protocol": PROTOCOL, "machine": platform});
-        let mut report = match self.call("discover", Some(&root), &input) {
+        let mut report = match self.run("discover", Some(&root), &input) {
             Ok(value) => parse_discover(self.name, &value),
             Err(e) => Report { warnings: vec![warn(self.name, e.to_string())], ..Report::default() },
         };

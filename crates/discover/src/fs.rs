@@ -80,6 +80,29 @@ impl MemTree {
         self.entries.entry(path).or_insert(Entry::Dir);
     }
 
+    /// Every file's path, in order (for mutating a capture in robustness checks).
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        self.entries.iter().filter(|(_, e)| matches!(e, Entry::File(_))).map(|(p, _)| p.clone()).collect()
+    }
+
+    /// A file's content.
+    pub fn file(&self, path: &Path) -> Option<&[u8]> {
+        match self.entries.get(path) {
+            Some(Entry::File(bytes)) => Some(bytes),
+            _ => None,
+        }
+    }
+
+    /// Removes a file or link (its directory stays).
+    pub fn remove(&mut self, path: &Path) {
+        self.entries.remove(path);
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+            if let Some(children) = self.children.get_mut(parent) {
+                children.remove(name);
+            }
+        }
+    }
+
     fn add_parents(&mut self, path: &Path) {
         let mut child = path;
         while let Some(parent) = child.parent() {

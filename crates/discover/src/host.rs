@@ -168,6 +168,11 @@ impl Host {
         &self.root
     }
 
+    /// The whole environment snapshot (empty for a capture).
+    pub fn env_vars(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
     pub fn env(&self, key: &str) -> Option<&str> {
         self.env.get(key).map(String::as_str)
     }

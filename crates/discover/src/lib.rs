@@ -7,8 +7,10 @@
 
 pub mod amd;
 pub mod capture;
+pub mod conformance;
 pub mod exec;
 pub mod export;
+pub mod fingerprint;
 pub mod fs;
 pub mod gaudi;
 mod generic;
@@ -23,6 +25,7 @@ pub mod others;
 pub mod platform;
 mod plugin;
 pub mod samples;
+pub mod schema;
 mod skufiles;
 mod source;
 pub mod tpu;

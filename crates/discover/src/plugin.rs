@@ -27,6 +27,19 @@ pub trait Vendor: Send + Sync {
     fn vocabulary(&self) -> Vocabulary {
         Vocabulary::default()
     }
+
+    /// The plugin protocol's answer to `verb` (docs/plugin-protocol.md). Built-in plugins answer
+    /// in process from `discover` and `isolate`, so one conformance harness grades built-in and
+    /// external plugins alike; an external plugin runs its executable.
+    fn call(
+        &self,
+        verb: &str,
+        host: &Host,
+        platform: &Machine,
+        input: &serde_json::Value,
+    ) -> Result<serde_json::Value, crate::exec::PluginError> {
+        crate::exec::in_process(self, verb, host, platform, input)
+    }
 }
 
 /// The variables Ray 2.60 may set for its `GPU` resource: it picks its NVIDIA, AMD or Intel

@@ -84,5 +84,5 @@ fn built_in_names_are_reserved_and_calls_are_typed() {
     assert!(m.warnings.iter().any(|w| w.source == "plugin:nvidia" && w.message.contains("built-in")));
     let dir = plugin_dir("unsupported", &[("quiet", "exit 3")]);
     let p = ExecPlugin::at("quiet", dir.join("accel-plugin-quiet"), TIMEOUT);
-    assert!(matches!(p.call("metrics", None, &serde_json::json!({})), Err(PluginError::Unsupported { .. })));
+    assert!(matches!(p.run("metrics", None, &serde_json::json!({})), Err(PluginError::Unsupported { .. })));
 }
