@@ -77,6 +77,22 @@ esac
     assert_eq!(liar["tiers"]["isolate"]["tier"], "none");
     assert!(liar["tiers"]["isolate"]["evidence"].as_str().unwrap().contains("LIAR_VISIBLE"), "{liar}");
     assert_eq!(liar["tiers"]["discover"]["tier"], "T3");
+    // The vendor runner script (ci/vendor-conformance.yml runs the same) writes the report and
+    // keeps the suite's exit status.
+    let report_path = dir.join("report.json");
+    let script = Command::new("bash")
+        .arg(repo().join("scripts/vendor-conformance.sh"))
+        .arg(&report_path)
+        .args(["--plugin", "liar", "--capture", "examples/plugins/ascend/capture"])
+        .current_dir(repo())
+        .env("ACCEL", env!("CARGO_BIN_EXE_accel"))
+        .env("ACCEL_PLUGIN_DIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(script.status.code(), Some(1), "{}", String::from_utf8_lossy(&script.stderr));
+    assert!(String::from_utf8_lossy(&script.stdout).contains("FAIL visibility"), "{script:?}");
+    let written: serde_json::Value = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(written["plugins"][0]["name"], "liar");
     let bad = accel(&["conformance", "--plugin", "no-such-plugin"], None);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("no plugin named"));
 }
