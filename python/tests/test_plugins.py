@@ -67,7 +67,7 @@ def test_ascend_through_python(ascend_plugins):
     npus = [a for a in m["accelerators"] if a["plugin"] == "ascend"]
     assert len(npus) == 8 and not m["warnings"]
     spec = aray.node_spec(m, "atlas-0")
-    assert spec["num_gpus"] == 0 and spec["resources"]["NPU"] == 8
+    assert spec["num_gpus"] == 0 and spec["resources"][npus[0]["vocabulary"]["ray_resource"]] == 8
     var = npus[0]["vocabulary"]["visibility_env"]
     env = aray.visibility_env(m, [npus[6]["id"], npus[1]["id"]])
     assert env == {var: "6,1", f"RAY_EXPERIMENTAL_NOSET_{var}": "1"}

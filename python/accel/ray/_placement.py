@@ -38,8 +38,8 @@ def _vocabulary(device: dict[str, Any]) -> dict[str, Any]:
 
 
 def ray_resource(device: dict[str, Any]) -> str | None:
-    """Ray's resource name for a device (`GPU`, `TPU`, `neuron_cores`, `HPU`...), as the plugin
-    that discovered it names it; None when Ray has none for it."""
+    """Ray's resource name for a device, as the plugin that discovered it names it (its
+    vocabulary's `ray_resource`); None when Ray has none for it."""
     name = _vocabulary(device).get("ray_resource")
     return str(name) if name else None
 
@@ -65,7 +65,8 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
 
     The labels and per-device resources are discovery's (`accel labels --format ray`), plus
     `accel.io/node=<name>` and the planner labels given (`{"rack": "r1"}` -> `accel.io/rack=r1`);
-    the resources add Ray's own device-kind counts for non-GPU kinds (`TPU`, `neuron_cores`, `HPU`).
+    the resources add Ray's own device-kind counts for every other kind, in the units each
+    device's plugin gives (a Neuron device counts its cores).
     """
     base_labels, base_resources = _native.ray_node(json.dumps(machine))
     resources: dict[str, float] = dict(base_resources)
