@@ -36,7 +36,8 @@ fn listing(text: &str) -> Vec<Row> {
 fn dgx_h100_matches_its_nvidia_smi_listing() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../test_data/hosts/dgx-h100");
     let artifact = listing(&std::fs::read_to_string(dir.join("nvidia-smi-topo-m.txt")).unwrap());
-    let out = Command::new(env!("CARGO_BIN_EXE_accel")).args(["topo", "--sample", "dgx-h100", "--json"]).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_accel")).args(["topo", "--sample", "dgx-h100", "--json"]).output().unwrap();
     assert!(out.status.success());
     let topo: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let endpoints = topo["endpoints"].as_array().unwrap();
@@ -54,10 +55,17 @@ fn dgx_h100_matches_its_nvidia_smi_listing() {
         assert_eq!(endpoints[*g]["numa_affinity"].to_string(), row.numa);
         // The NIC pattern: the artifact's classes per socket, and one PXB NIC per GPU.
         let numa_of_nic = |n: usize| endpoints[n]["numa_affinity"].to_string();
-        let same: BTreeSet<String> = nics.iter().filter(|&&n| numa_of_nic(n) == row.numa).map(|&n| cell(*g, n)).collect();
-        let other: BTreeSet<String> = nics.iter().filter(|&&n| numa_of_nic(n) != row.numa).map(|&n| cell(*g, n)).collect();
+        let same: BTreeSet<String> =
+            nics.iter().filter(|&&n| numa_of_nic(n) == row.numa).map(|&n| cell(*g, n)).collect();
+        let other: BTreeSet<String> =
+            nics.iter().filter(|&&n| numa_of_nic(n) != row.numa).map(|&n| cell(*g, n)).collect();
         let half = row.nics.len() / 2;
-        let (own, far) = if row.numa == "0" { row.nics.split_at(half) } else { let (a, b) = row.nics.split_at(half); (b, a) };
+        let (own, far) = if row.numa == "0" {
+            row.nics.split_at(half)
+        } else {
+            let (a, b) = row.nics.split_at(half);
+            (b, a)
+        };
         assert_eq!(same, own.iter().cloned().collect::<BTreeSet<_>>(), "same-socket NIC classes of GPU row {g}");
         assert_eq!(other, far.iter().cloned().collect::<BTreeSet<_>>(), "cross-socket NIC classes of GPU row {g}");
         let pxb = |cells: &mut dyn Iterator<Item = String>| cells.filter(|c| c == "PXB").count();

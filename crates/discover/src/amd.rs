@@ -105,6 +105,21 @@ impl Vendor for Amd {
         )
     }
 
+    /// The names ROCm's node labeller (k8s-device-plugin) publishes.
+    fn k8s_labels(&self, _machine: &Machine, devices: &[&Accelerator]) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::new();
+        if let Some(first) = devices.first() {
+            labels.insert(
+                "amd.com/gpu.product-name".into(),
+                crate::export::label_value(&first.product.replace(' ', "_")),
+            );
+            if let Some(d) = first.pci_device {
+                labels.insert("amd.com/gpu.device-id".into(), d.to_string());
+            }
+        }
+        labels
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let kfd = read_kfd(host, &mut report.warnings);

@@ -143,9 +143,9 @@ pub fn ray_labels(machine: &Machine) -> RayNode {
     RayNode { labels: common_labels(machine), resources }
 }
 
-/// Kubernetes node labels: NFD's PCI labels and GPU Feature Discovery's `nvidia.com/gpu.*` names
-/// where they exist, the AMD node labeller's `amd.com/gpu.*` and GKE's TPU labels, and the
-/// `accel.io/` labels for the rest. Values follow those tools' formats but come from accel's own
+/// Kubernetes node labels: NFD's PCI labels, each plugin's own scheme (`Vendor::k8s_labels`:
+/// GPU Feature Discovery's `nvidia.com/gpu.*`, the AMD node labeller's `amd.com/gpu.*`, GKE's TPU
+/// labels), and the `accel.io/` labels for the rest. Values follow those tools' formats but come from accel's own
 /// data (the product name is the registry's, not NVML's).
 pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
     let mut labels = common_labels(machine);
@@ -158,46 +158,10 @@ pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
             );
         }
     }
-    let nvidia: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.vendor == "nvidia").collect();
-    if let Some(first) = nvidia.first() {
-        labels.insert("nvidia.com/gpu.count".into(), nvidia.len().to_string());
-        labels.insert("nvidia.com/gpu.product".into(), label_value(&first.product.replace(' ', "-")));
-        if let Some(m) = first.memory_bytes {
-            labels.insert("nvidia.com/gpu.memory".into(), (m >> 20).to_string());
-        }
-        if let Some(f) = &first.family {
-            labels.insert("nvidia.com/gpu.family".into(), label_value(f));
-        }
-        if let Some(p) = &machine.host.product_name {
-            labels.insert("nvidia.com/gpu.machine".into(), label_value(p));
-        }
-        // GFD sets the clique only when every fabric-attached GPU agrees.
-        let cliques: Vec<&str> =
-            machine.domains.iter().filter(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.as_str()).collect();
-        if let [one] = cliques.as_slice() {
-            labels.insert("nvidia.com/gpu.clique".into(), label_value(one));
-        }
-    }
-    let amd: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.vendor == "amd").collect();
-    if let Some(first) = amd.first() {
-        // The names ROCm's node labeller (k8s-device-plugin) publishes.
-        labels.insert("amd.com/gpu.product-name".into(), label_value(&first.product.replace(' ', "_")));
-        if let Some(d) = first.pci_device {
-            labels.insert("amd.com/gpu.device-id".into(), d.to_string());
-        }
-    }
-    if let (Some(t), Some(topo)) =
-        (machine.attributes.get("tpu.accelerator_type"), machine.attributes.get("tpu.topology"))
-    {
-        // GKE: `tpu-v6e-slice`-style accelerator names from the `v6e-8` type.
-        let generation = t.split('-').next().unwrap_or(t);
-        let gke = match generation {
-            "v5litepod" | "v5e" => "tpu-v5-lite-podslice".to_owned(),
-            "v5p" => "tpu-v5p-slice".to_owned(),
-            g => format!("tpu-{g}-slice"),
-        };
-        labels.insert("cloud.google.com/gke-tpu-accelerator".into(), label_value(&gke));
-        labels.insert("cloud.google.com/gke-tpu-topology".into(), label_value(topo));
+    // Each plugin's own label scheme for its devices.
+    for plugin in crate::default_plugins() {
+        let devices: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.plugin == plugin.id()).collect();
+        labels.extend(plugin.k8s_labels(machine, &devices));
     }
     labels
 }

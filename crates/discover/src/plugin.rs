@@ -28,6 +28,12 @@ pub trait Vendor: Send + Sync {
         Vocabulary::default()
     }
 
+    /// Node labels in the vendor's own Kubernetes scheme for its `devices` on `machine` (GPU
+    /// Feature Discovery's `nvidia.com/gpu.*`, ...); `accel labels --format k8s` adds them.
+    fn k8s_labels(&self, _machine: &Machine, _devices: &[&Accelerator]) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
     /// The plugin protocol's answer to `verb` (docs/plugin-protocol.md). Built-in plugins answer
     /// in process from `discover` and `isolate`, so one conformance harness grades built-in and
     /// external plugins alike; an external plugin runs its executable.
