@@ -93,6 +93,29 @@ def test_node_spec_and_visibility():
     assert env["HIP_VISIBLE_DEVICES"] == "1" and env["RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"] == "1"
 
 
+def test_ray_counts_neuron_devices_in_cores():
+    # Ray counts Neuron devices in NeuronCores: a trn2.48xlarge has 16 devices of 8 cores each.
+    trn2 = accel.sample("trn2")
+    spec = aray.node_spec(trn2, "n0")
+    resource = trn2["accelerators"][0]["vocabulary"]["ray_resource"]  # the plugin names it
+    assert spec["num_gpus"] == 0 and spec["resources"][resource] == 128
+    ids = [trn2["accelerators"][i]["id"] for i in (1, 3)]
+    env = aray.visibility_env(trn2, ids)
+    var = trn2["accelerators"][1]["vocabulary"]["visibility_env"]  # the plugin names it
+    assert env[var] == "8-15,24-31"
+    assert env[f"RAY_EXPERIMENTAL_NOSET_{var}"] == "1"
+
+
+def test_gaudi_visibility_takes_module_ids():
+    # The sample's module ids (OAM slots) differ from PCI order: 3,1,0,2,7,5,4,6.
+    m = accel.sample("gaudi2-modules")
+    ids = [m["accelerators"][i]["id"] for i in (0, 2)]
+    env = aray.visibility_env(m, ids)
+    var = m["accelerators"][0]["vocabulary"]["visibility_env"]
+    assert env[var] == "3,0" and len(env) == 2  # the variable and its Ray switch
+    assert aray.node_spec(m, "n0")["resources"][m["accelerators"][0]["vocabulary"]["ray_resource"]] == 8
+
+
 def test_ray_start_dry_run():
     out = subprocess.run(
         [sys.executable, "-m", "accel.ray", "start", "--sample", "dgx-h100", "--node-name", "n7", "--dry-run", "--head"],

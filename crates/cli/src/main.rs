@@ -1,17 +1,19 @@
 //! The `accel` binary: parses arguments, wires discovery, the registry and the renderers together.
 
+mod conformance;
+mod env;
 mod exit;
 mod plan;
 mod topo;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use accel_discover::{default_plugins, discover, load_registry, Host};
+use accel_discover::{load_registry, Host};
 use accel_model::{Machine, SkuRegistry};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 /// accel: see a node's accelerators, how they are linked, and where they sit relative to CPUs,
@@ -44,6 +46,11 @@ enum Command {
     Cluster(plan::ClusterArgs),
     /// Place a request on a cluster: exact devices per bundle, or why it cannot be met.
     Plan(plan::PlanArgs),
+    /// Grade plugins: run the conformance suite on captures (and --live) and print the tiers.
+    Conformance(conformance::ConformanceArgs),
+    /// The environment fingerprint (drivers, firmware, runtimes, libraries, variables), or
+    /// `env diff A.json B.json`.
+    Env(env::EnvArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -52,7 +59,7 @@ enum Command {
 }
 
 #[derive(Debug, Args)]
-struct SourceArgs {
+pub(crate) struct SourceArgs {
     /// Read the machine from this directory instead of `/` (a captured tree holding sys/ and proc/).
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
@@ -70,7 +77,7 @@ struct SourceArgs {
 }
 
 #[derive(Debug, Args)]
-struct RegistryArgs {
+pub(crate) struct RegistryArgs {
     /// Extra SKU file (TOML) merged over the built-in registry; may be repeated.
     #[arg(long = "sku-file", value_name = "FILE")]
     sku_files: Vec<PathBuf>,
@@ -161,6 +168,18 @@ fn run(cli: Cli) -> Result<()> {
             writeln!(out)?;
         }
         Command::Plan(args) => plan::plan(&args, &mut out)?,
+        Command::Conformance(args) => {
+            if !conformance::run(&args, &mut out)? {
+                out.flush()?;
+                std::process::exit(1);
+            }
+        }
+        Command::Env(args) => {
+            if !env::run(&args, &mut out)? {
+                out.flush()?;
+                std::process::exit(1);
+            }
+        }
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
             let machine = discover_machine(&args.source)?;
@@ -175,8 +194,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Capture(args) => {
             let host = make_host(&args.source)?;
-            let machine = discover(&host, &default_plugins());
-            let (tree, warnings) = accel_discover::capture::capture(&host, &machine);
+            let machine = accel_discover::discover_all(&host, &exec_options());
+            let (mut tree, warnings) = accel_discover::capture::capture(&host, &machine);
+            // The environment it came from travels with it (`accel env diff` reads it).
+            let fingerprint = accel_discover::fingerprint::collect_with(&host, &machine);
+            tree.add_file("/accel/env.json", serde_json::to_vec_pretty(&fingerprint)?);
             std::fs::create_dir_all(&args.out_dir)
                 .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
             let bundle = args.out_dir.join("capture.bundle");
@@ -216,49 +238,34 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
+pub(crate) fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
     let dir = std::env::var_os("ACCEL_SKU_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
     load_registry(dir.as_deref(), &args.sku_files).context("loading the SKU registry")
 }
 
 fn discover_machine(args: &SourceArgs) -> Result<Machine> {
-    Ok(discover(&make_host(args)?, &default_plugins()))
+    Ok(accel_discover::discover_all(&make_host(args)?, &exec_options()))
+}
+
+/// External plugins are found through the process environment (`ACCEL_PLUGIN_DIR`, `PATH`).
+fn exec_options() -> accel_discover::exec::ExecOptions {
+    accel_discover::exec::ExecOptions::from_env(&std::env::vars().collect())
 }
 
 /// The host to discover: an embedded sample, a capture bundle file, a captured directory, or
 /// the live machine (the only one that gets the process environment, NVML and the network).
-fn make_host(args: &SourceArgs) -> Result<Host> {
-    let registry = registry(&args.registry)?;
-    if let Some(name) = &args.sample {
-        let Some(host) = accel_discover::samples::host(name, registry) else {
-            bail!("no sample named {name:?}; `accel samples` lists them");
-        };
-        return Ok(host.with_labels_file(args.labels_file.clone()));
-    }
-    if args.root.is_file() {
-        let bytes = std::fs::read(&args.root).with_context(|| format!("cannot read {}", args.root.display()))?;
-        let tree = accel_discover::fs::MemTree::parse_bundle(&bytes)
-            .with_context(|| format!("{} is not a capture bundle", args.root.display()))?;
-        return Ok(Host::in_memory(std::sync::Arc::new(tree), registry).with_labels_file(args.labels_file.clone()));
-    }
-    check_root(&args.root)?;
-    let mut host = Host::new(&args.root, registry).with_labels_file(args.labels_file.clone());
-    if args.root == Path::new("/") {
-        // Only the live machine's environment describes it; a capture carries its own.
-        host = host.with_env(std::env::vars().collect::<BTreeMap<_, _>>());
-        let mut net = accel_discover::NetConfig { enabled: !args.no_network, ..Default::default() };
-        if let Some(url) = std::env::var("ACCEL_GCE_METADATA_URL").ok().filter(|u| !u.is_empty()) {
-            net.gce_endpoint = url;
-        }
-        if let Some(url) = std::env::var("ACCEL_IMDS_URL").ok().filter(|u| !u.is_empty()) {
-            net.imds_endpoint = url;
-        }
-        host = host.with_net(net);
-        if let Some(nvml) = accel_discover::nvml_live::open() {
-            host = host.with_nvml(nvml);
-        }
-    }
-    Ok(host)
+pub(crate) fn make_host(args: &SourceArgs) -> Result<Host> {
+    let source = match &args.sample {
+        Some(name) => accel_discover::Source::Sample(name.clone()),
+        None => accel_discover::Source::from_root(&args.root),
+    };
+    let options = accel_discover::OpenOptions {
+        registry: registry(&args.registry)?,
+        labels_file: args.labels_file.clone(),
+        network: !args.no_network,
+        env: std::env::vars().collect::<BTreeMap<_, _>>(),
+    };
+    Ok(Host::open(&source, options)?)
 }
 
 fn capture_readme(machine: &Machine) -> String {
@@ -268,12 +275,4 @@ fn capture_readme(machine: &Machine) -> String {
          who captured it, when, the driver versions, and that it may be published under Apache-2.0.\n",
         machine.accelerators.len()
     )
-}
-
-fn check_root(root: &Path) -> Result<()> {
-    std::fs::read_dir(root).with_context(|| format!("cannot read root {}", root.display()))?;
-    if !root.join("sys").is_dir() {
-        bail!("{} has no sys/ directory: not a Linux root or a captured machine", root.display());
-    }
-    Ok(())
 }

@@ -6,31 +6,12 @@ use std::fmt::Write;
 use accel_model::{Accelerator, CpuSet, Endpoint, Machine, PathClass, PathClassifier, PciNodeKind, SkuRegistry};
 use serde::Serialize;
 
-/// Row and column labels: accelerators by kind (`GPU0`, `TPU0`, `NRN0`, `HPU0`, `LPU0`, `ACC0`),
-/// then `NIC0`...
+/// Row and column labels: accelerators by their plugin's label (`GPU0`, `TPU0`, `NRN0`, `HPU0`,
+/// `LPU0`, `ACC0`; the names the planner accepts), then `NIC0`...
 fn labels(machine: &Machine) -> Vec<String> {
-    let mut counters: BTreeMap<&str, u32> = BTreeMap::new();
-    let mut out = Vec::new();
-    for acc in &machine.accelerators {
-        let prefix = prefix(acc);
-        let n = counters.entry(prefix).or_default();
-        out.push(format!("{prefix}{n}"));
-        *n += 1;
-    }
+    let mut out = machine.device_labels();
     out.extend((0..machine.nics.len()).map(|i| format!("NIC{i}")));
     out
-}
-
-fn prefix(acc: &Accelerator) -> &'static str {
-    let family = acc.family.as_deref().unwrap_or("");
-    match acc.vendor.as_str() {
-        "google" => "TPU",
-        "aws" => "NRN",
-        "groq" => "LPU",
-        "intel" if family.starts_with("gaudi") => "HPU",
-        "nvidia" | "amd" | "intel" => "GPU",
-        _ => "ACC",
-    }
 }
 
 /// The CPUs and NUMA node an endpoint is local to.

@@ -112,6 +112,54 @@ device = 0x001c
     assert!(skus.contains("nec-sx-aurora-ve-type10"));
 }
 
+/// A user SKU file reaches every consumer: discovery resolves its dtypes onto the devices, the
+/// planner meets a `dtypes` constraint from them (it keeps no registry of its own), and the
+/// labels carry its Ray accelerator type.
+#[test]
+fn user_sku_file_works_end_to_end() {
+    let dir = tempdir("sku-e2e");
+    let sku = dir.join("nec.toml");
+    std::fs::write(
+        &sku,
+        r#"
+[[sku]]
+id = "nec-sx-aurora-ve-type20"
+vendor = "nec"
+product = "NEC SX-Aurora TSUBASA Vector Engine Type 20"
+family = "sx-aurora"
+dtypes = ["fp64", "fp32", "bf16"]
+ray_accelerator_type = "NEC-VE-20"
+sources = ["https://www.nec.com/en/global/solutions/hpc/sx/vector_engine.html"]
+[[sku.pci]]
+vendor = 0x1bcf
+device = 0x001c
+"#,
+    )
+    .unwrap();
+    let sku = sku.to_str().unwrap();
+    let source = ["--sample", "hwloc-2p8co2t-8ve"];
+    let discover = |extra: &[&str]| -> serde_json::Value {
+        let args: Vec<&str> = ["discover", "--json"].iter().chain(&source).chain(extra).copied().collect();
+        serde_json::from_str(&stdout(&accel(&args, None))).unwrap()
+    };
+    let plan = |machine: serde_json::Value| -> Output {
+        let cluster = dir.join("cluster.json");
+        std::fs::write(&cluster, serde_json::json!({"nodes": [{"name": "n0", "machine": machine}]}).to_string())
+            .unwrap();
+        let request = dir.join("request.json");
+        std::fs::write(&request, r#"{"bundles": [{"count": 2, "dtypes": ["fp64"]}]}"#).unwrap();
+        accel(&["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap(), "--json"], None)
+    };
+    let with = discover(&["--sku-file", sku]);
+    assert_eq!(with["accelerators"][0]["dtypes"], serde_json::json!(["fp64", "fp32", "bf16"]));
+    let placed: serde_json::Value = serde_json::from_str(&stdout(&plan(with))).unwrap();
+    assert_eq!(placed["bundles"][0]["devices"].as_array().unwrap().len(), 2, "{placed}");
+    // Without the file the devices have no dtypes, and the same request cannot be met.
+    assert!(!plan(discover(&[])).status.success());
+    let labels = stdout(&accel(&["labels", "--sample", "hwloc-2p8co2t-8ve", "--sku-file", sku], None));
+    assert!(labels.contains("accel.io/accelerator-type=NEC-VE-20"), "{labels}");
+}
+
 /// `accel topo` on this machine works and, without accelerators, still shows its structure.
 #[test]
 fn topo_on_the_live_machine() {

@@ -106,6 +106,32 @@ impl Vendor for Amd {
         "amd"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "gpu",
+            "GPU",
+            Some("HIP_VISIBLE_DEVICES"),
+            Some("GPU"),
+            &crate::plugin::RAY_GPU_ENV,
+            Some("amd.com/gpu"),
+        )
+    }
+
+    /// The names ROCm's node labeller (k8s-device-plugin) publishes.
+    fn k8s_labels(&self, _machine: &Machine, devices: &[&Accelerator]) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::new();
+        if let Some(first) = devices.first() {
+            labels.insert(
+                "amd.com/gpu.product-name".into(),
+                crate::export::label_value(&first.product.replace(' ', "_")),
+            );
+            if let Some(d) = first.pci_device {
+                labels.insert("amd.com/gpu.device-id".into(), d.to_string());
+            }
+        }
+        labels
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let kfd = read_kfd(host, &mut report.warnings);
@@ -145,7 +171,9 @@ impl Vendor for Amd {
                 }
                 continue;
             }
-            let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")) else {
+            // A properties file without `location_id` (truncated) must not become 0000:00:00.0.
+            let located = n.props.contains_key("location_id");
+            let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")).filter(|_| located) else {
                 report.warnings.push(Warning {
                     source: SRC.into(),
                     path: Some(format!("{KFD}/{}/properties", n.id)),

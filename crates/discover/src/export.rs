@@ -28,55 +28,10 @@ impl RayNode {
     }
 }
 
-/// Ray's accelerator-type string for a device (`ray.util.accelerators`), where Ray has one.
+/// Ray's accelerator-type string for a device (`ray.util.accelerators`), where Ray has one: the
+/// SKU file's `ray_accelerator_type`, copied onto the device at discovery.
 pub fn ray_accelerator_type(acc: &Accelerator) -> Option<String> {
-    let sku = acc.sku.as_deref().unwrap_or("");
-    let by_sku: &[(&str, &str)] = &[
-        ("nvidia-a100", "A100"),
-        ("nvidia-h100", "H100"),
-        ("nvidia-h200", "H200"),
-        ("nvidia-h20", "H20"),
-        ("nvidia-gb200", "GB200"),
-        ("nvidia-gb300", "GB300"),
-        ("nvidia-b200", "B200"),
-        ("nvidia-b300", "B300"),
-        ("nvidia-l40s", "L40S"),
-        ("nvidia-l4", "L4"),
-        ("nvidia-rtx-pro-6000", "RTX-PRO-6000"),
-        ("google-tpu-v4", "TPU-V4"),
-        ("google-tpu-v5e", "TPU-V5LITEPOD"),
-        ("google-tpu-v5p", "TPU-V5P"),
-        ("google-tpu-v6e", "TPU-V6E"),
-        ("google-tpu7x", "TPU-V7X"),
-        ("intel-gaudi", "Intel-GAUDI"),
-        ("intel-max-1550", "Intel-GPU-Max-1550"),
-        ("intel-max-1100", "Intel-GPU-Max-1100"),
-    ];
-    if let Some((_, t)) = by_sku.iter().find(|(prefix, _)| sku.starts_with(prefix)) {
-        return Some((*t).to_owned());
-    }
-    if acc.vendor == "aws" {
-        return Some("aws-neuron-core".into());
-    }
-    if acc.vendor == "amd" {
-        // Ray's table in ray/_private/accelerators/amd_gpu.py, by PCI device id.
-        let t = match acc.pci_device?.0 {
-            0x738c => "AMD-Instinct-MI100",
-            0x7408 => "AMD-Instinct-MI250X",
-            0x740c => "AMD-Instinct-MI250X-MI250",
-            0x740f => "AMD-Instinct-MI210",
-            0x74a0 => "AMD-Instinct-MI300A",
-            0x74a1 => "AMD-Instinct-MI300X-OAM",
-            0x74a2 => "AMD-Instinct-MI308X-OAM",
-            0x74a9 => "AMD-Instinct-MI300X-HF",
-            0x74a5 => "AMD-Instinct-MI325X-OAM",
-            0x75a0 => "AMD-Instinct-MI350X-OAM",
-            0x75a3 => "AMD-Instinct-MI355X-OAM",
-            _ => return None,
-        };
-        return Some(t.into());
-    }
-    None
+    acc.vocabulary.ray_accelerator_type.clone()
 }
 
 /// A Kubernetes/Ray label value: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at
@@ -188,9 +143,9 @@ pub fn ray_labels(machine: &Machine) -> RayNode {
     RayNode { labels: common_labels(machine), resources }
 }
 
-/// Kubernetes node labels: NFD's PCI labels and GPU Feature Discovery's `nvidia.com/gpu.*` names
-/// where they exist, the AMD node labeller's `amd.com/gpu.*` and GKE's TPU labels, and the
-/// `accel.io/` labels for the rest. Values follow those tools' formats but come from accel's own
+/// Kubernetes node labels: NFD's PCI labels, each plugin's own scheme (`Vendor::k8s_labels`:
+/// GPU Feature Discovery's `nvidia.com/gpu.*`, the AMD node labeller's `amd.com/gpu.*`, GKE's TPU
+/// labels), and the `accel.io/` labels for the rest. Values follow those tools' formats but come from accel's own
 /// data (the product name is the registry's, not NVML's).
 pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
     let mut labels = common_labels(machine);
@@ -203,46 +158,10 @@ pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
             );
         }
     }
-    let nvidia: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.vendor == "nvidia").collect();
-    if let Some(first) = nvidia.first() {
-        labels.insert("nvidia.com/gpu.count".into(), nvidia.len().to_string());
-        labels.insert("nvidia.com/gpu.product".into(), label_value(&first.product.replace(' ', "-")));
-        if let Some(m) = first.memory_bytes {
-            labels.insert("nvidia.com/gpu.memory".into(), (m >> 20).to_string());
-        }
-        if let Some(f) = &first.family {
-            labels.insert("nvidia.com/gpu.family".into(), label_value(f));
-        }
-        if let Some(p) = &machine.host.product_name {
-            labels.insert("nvidia.com/gpu.machine".into(), label_value(p));
-        }
-        // GFD sets the clique only when every fabric-attached GPU agrees.
-        let cliques: Vec<&str> =
-            machine.domains.iter().filter(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.as_str()).collect();
-        if let [one] = cliques.as_slice() {
-            labels.insert("nvidia.com/gpu.clique".into(), label_value(one));
-        }
-    }
-    let amd: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.vendor == "amd").collect();
-    if let Some(first) = amd.first() {
-        // The names ROCm's node labeller (k8s-device-plugin) publishes.
-        labels.insert("amd.com/gpu.product-name".into(), label_value(&first.product.replace(' ', "_")));
-        if let Some(d) = first.pci_device {
-            labels.insert("amd.com/gpu.device-id".into(), d.to_string());
-        }
-    }
-    if let (Some(t), Some(topo)) =
-        (machine.attributes.get("tpu.accelerator_type"), machine.attributes.get("tpu.topology"))
-    {
-        // GKE: `tpu-v6e-slice`-style accelerator names from the `v6e-8` type.
-        let generation = t.split('-').next().unwrap_or(t);
-        let gke = match generation {
-            "v5litepod" | "v5e" => "tpu-v5-lite-podslice".to_owned(),
-            "v5p" => "tpu-v5p-slice".to_owned(),
-            g => format!("tpu-{g}-slice"),
-        };
-        labels.insert("cloud.google.com/gke-tpu-accelerator".into(), label_value(&gke));
-        labels.insert("cloud.google.com/gke-tpu-topology".into(), label_value(topo));
+    // Each plugin's own label scheme for its devices.
+    for plugin in crate::default_plugins() {
+        let devices: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.plugin == plugin.id()).collect();
+        labels.extend(plugin.k8s_labels(machine, &devices));
     }
     labels
 }

@@ -190,6 +190,11 @@ impl MemTree {
         self.entries.entry(path).or_insert(Entry::Dir);
     }
 
+    /// Every file's path, in order (for mutating a capture in robustness checks).
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        self.entries.iter().filter(|(_, e)| matches!(e, Entry::File(_))).map(|(p, _)| p.clone()).collect()
+    }
+
     fn add_parents(&mut self, path: &Path) {
         let mut child = path;
         while let Some(parent) = child.parent() {

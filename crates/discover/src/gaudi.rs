@@ -21,6 +21,17 @@ impl Vendor for Gaudi {
         "gaudi"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "hpu",
+            "HPU",
+            Some("HABANA_VISIBLE_MODULES"),
+            Some("HPU"),
+            &["HABANA_VISIBLE_MODULES"],
+            Some("habana.ai/gaudi"),
+        )
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let mut accs: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x1da3, |_| true)
@@ -50,6 +61,8 @@ impl Vendor for Gaudi {
                 host.parse_attr(&dev.join("module_id"), SRC, &mut report.warnings, |t| t.parse::<u32>().ok())
             {
                 report.attributes.insert(format!("gaudi.module_id.{}", acc.id), module.to_string());
+                // HABANA_VISIBLE_MODULES takes module ids, which need not follow PCI order.
+                acc.vocabulary.isolation = vec![module.to_string()];
             }
         }
         report.warnings.extend(crate::plugin::not_visible(
@@ -74,6 +87,7 @@ impl Vendor for Gaudi {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        // Module ids where the driver gave them (set at discovery), else the index.
         isolate_by_index(devices, &["HABANA_VISIBLE_MODULES"])
     }
 }

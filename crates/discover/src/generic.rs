@@ -27,6 +27,10 @@ impl Vendor for GenericPci {
         "generic-pci"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary("accelerator", "ACC", None, None, &[], None)
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let claimed: Vec<_> = platform.accelerators.iter().filter_map(|a| a.pci).collect();

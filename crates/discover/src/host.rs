@@ -87,6 +87,11 @@ impl Host {
         Host { fs: Fs::Memory(tree), ..Host::new("/", skus) }
     }
 
+    /// Whether the tree is in memory (a sample or a bundle) rather than a directory.
+    pub fn is_in_memory(&self) -> bool {
+        matches!(self.fs, Fs::Memory(_))
+    }
+
     /// A live NVML (or any other [`NvmlSource`]) for the NVIDIA plugin. Without one, the plugin
     /// uses a recorded `/accel/nvml.json` in the tree, else the procfs fallback.
     pub fn with_nvml(mut self, nvml: Arc<dyn NvmlSource>) -> Host {
@@ -162,6 +167,11 @@ impl Host {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The whole environment snapshot (empty for a capture).
+    pub fn env_vars(&self) -> &BTreeMap<String, String> {
+        &self.env
     }
 
     pub fn env(&self, key: &str) -> Option<&str> {

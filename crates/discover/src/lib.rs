@@ -7,7 +7,10 @@
 
 pub mod amd;
 pub mod capture;
+pub mod conformance;
+pub mod exec;
 pub mod export;
+pub mod fingerprint;
 pub mod fs;
 pub mod gaudi;
 mod generic;
@@ -22,7 +25,9 @@ pub mod others;
 pub mod platform;
 mod plugin;
 pub mod samples;
+pub mod schema;
 mod skufiles;
+mod source;
 pub mod tpu;
 
 pub use amd::Amd;
@@ -33,9 +38,12 @@ pub use neuron::Neuron;
 pub use nvidia::Nvidia;
 pub use others::{Groq, IntelGpu};
 pub use platform::Platform;
-pub use plugin::{default_plugins, pci_accelerator, Isolation, Report, Vendor};
+pub use plugin::{default_plugins, pci_accelerator, plugins_with_external, Isolation, Report, Vendor};
 pub use skufiles::{load_registry, SkuLoadError};
+pub use source::{OpenError, OpenOptions, Source};
 pub use tpu::Tpu;
+
+use std::collections::BTreeMap;
 
 use accel_model::Machine;
 
@@ -46,8 +54,12 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     let mut machine = linux::read_platform(host);
     let mut unusable = std::collections::BTreeSet::new();
     for plugin in plugins {
-        let report = plugin.discover(host, &machine);
-        unusable.extend(report.unusable);
+        let mut report = plugin.discover(host, &machine);
+        unusable.extend(std::mem::take(&mut report.unusable));
+        let vocabulary = plugin.vocabulary();
+        for acc in &mut report.accelerators {
+            acc.vocabulary.fill_from(&vocabulary);
+        }
         let usable = |a: &accel_model::Accelerator| !a.pci.is_some_and(|p| unusable.contains(&p));
         machine.accelerators.extend(report.accelerators.into_iter().filter(usable));
         machine.links.extend(report.links);
@@ -76,6 +88,32 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     }
     add_missing_functions(&mut machine);
     assign_indices(&mut machine);
+    fill_isolation(&mut machine, plugins);
+    machine
+}
+
+/// Gives every device with a visibility variable its isolation values: what its plugin's
+/// `isolate` puts in that variable for the device alone (its index, a UUID, a module id).
+fn fill_isolation(machine: &mut Machine, plugins: &[Box<dyn Vendor>]) {
+    for i in 0..machine.accelerators.len() {
+        let acc = &machine.accelerators[i];
+        let Some(var) = acc.vocabulary.visibility_env.clone() else { continue };
+        if !acc.vocabulary.isolation.is_empty() {
+            continue;
+        }
+        let Some(plugin) = plugins.iter().find(|p| p.id() == acc.plugin) else { continue };
+        if let Some(value) = plugin.isolate(&[acc]).env.get(&var) {
+            machine.accelerators[i].vocabulary.isolation = value.split(',').map(str::to_owned).collect();
+        }
+    }
+}
+
+/// Discovers with the built-in plugins and the external ones `options` finds
+/// (`accel-plugin-<name>` in `ACCEL_PLUGIN_DIR` or on `PATH`), as the CLI and Python do.
+pub fn discover_all(host: &Host, options: &exec::ExecOptions) -> Machine {
+    let (plugins, warnings) = plugins_with_external(options);
+    let mut machine = discover(host, &plugins);
+    machine.warnings.extend(warnings);
     machine
 }
 
@@ -116,14 +154,28 @@ fn add_missing_functions(machine: &mut Machine) {
 /// What a worker needs in order to see exactly the accelerators `ids` of `machine`: each
 /// plugin isolates the devices it reported, and the environment variables are merged. Devices
 /// whose plugin has no visibility mechanism contribute nothing.
+///
+/// Devices of a plugin that is not in `plugins` (an out-of-process plugin, or a machine read
+/// from JSON) are isolated from the model alone: their isolation values, in `ids` order, in
+/// their visibility variable.
 pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
     let mut out = Isolation::default();
+    let devices: Vec<&accel_model::Accelerator> = ids.iter().filter_map(|id| machine.accelerator(id)).collect();
     for plugin in plugins {
-        let devices: Vec<&accel_model::Accelerator> =
-            ids.iter().filter_map(|id| machine.accelerator(id)).filter(|a| a.plugin == plugin.id()).collect();
-        if !devices.is_empty() {
-            out.env.extend(plugin.isolate(&devices).env);
+        let mine: Vec<&accel_model::Accelerator> =
+            devices.iter().copied().filter(|a| a.plugin == plugin.id()).collect();
+        if !mine.is_empty() {
+            out.env.extend(plugin.isolate(&mine).env);
         }
+    }
+    let mut by_model: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for acc in devices.iter().filter(|a| !plugins.iter().any(|p| p.id() == a.plugin)) {
+        if let Some(var) = &acc.vocabulary.visibility_env {
+            by_model.entry(var).or_default().extend(plugin::isolation_values(acc));
+        }
+    }
+    for (var, values) in by_model {
+        out.env.entry(var.to_owned()).or_insert_with(|| values.join(","));
     }
     out
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use accel_model::{Accelerator, LinkKind, Machine, Warning};
 
-use crate::plugin::{pci_accelerator, pci_functions, sku_link};
+use crate::plugin::{isolate_by_index, pci_accelerator, pci_functions, sku_link};
 use crate::{Host, Isolation, Report, Vendor};
 
 const SRC: &str = "neuron";
@@ -15,7 +15,7 @@ const SYSFS: &str = "/sys/devices/virtual/neuron_device";
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Neuron;
 
-/// NeuronCores per device by SKU, for `NEURON_RT_VISIBLE_CORES` (aws-neuron-sdk docs).
+/// NeuronCores per device by SKU where the driver's `core_count` is unreadable (aws-neuron-sdk docs).
 fn cores_per_device(sku: Option<&str>) -> u32 {
     match sku {
         Some("aws-inferentia") => 4,
@@ -37,6 +37,17 @@ impl Vendor for Neuron {
         "neuron"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "neuron",
+            "NRN",
+            Some("NEURON_RT_VISIBLE_CORES"),
+            Some("neuron_cores"),
+            &["NEURON_RT_VISIBLE_CORES"],
+            Some("aws.amazon.com/neuron"),
+        )
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         // Neuron devices are the 0x1d0f functions the registry knows and that are not NICs.
@@ -47,6 +58,7 @@ impl Vendor for Neuron {
         if accs.is_empty() {
             return report;
         }
+        accs.sort_by_key(|a| a.pci);
         let dir = host.path(SYSFS);
         let names = host.list_dir(&dir, SRC, &mut report.warnings);
         let mut neuron: Vec<u32> = names.iter().filter_map(|n| n.strip_prefix("neuron")?.parse().ok()).collect();
@@ -68,15 +80,17 @@ impl Vendor for Neuron {
         // neuron<N> is the N-th device in PCI order (the driver probes in bus order).
         let mut pairs = BTreeSet::new();
         let mut cores = 0u64;
+        let mut core_counts: Vec<Option<u32>> = vec![None; accs.len()];
         for (i, n) in neuron.iter().enumerate() {
             let d = dir.join(format!("neuron{n}"));
             let arch = host.read_attr(&d.join("info/architecture/device_name"), SRC, &mut report.warnings);
             if let (Some(arch), true) = (arch, accs[i].family.is_none()) {
                 accs[i].family = Some(arch.to_lowercase());
             }
-            cores += host
-                .parse_attr(&d.join("core_count"), SRC, &mut report.warnings, |t| t.parse::<u64>().ok())
-                .unwrap_or(0);
+            core_counts[i] = host.parse_attr(&d.join("core_count"), SRC, &mut report.warnings, |t| {
+                t.parse::<u32>().ok().filter(|&c| c <= 1024)
+            });
+            cores += u64::from(core_counts[i].unwrap_or(0));
             let peers = host.parse_attr(&d.join("connected_devices"), SRC, &mut report.warnings, parse_connected);
             for p in peers.unwrap_or_default() {
                 match neuron.iter().position(|&x| x == p) {
@@ -93,6 +107,17 @@ impl Vendor for Neuron {
         }
         if cores > 0 {
             report.attributes.insert("aws.neuron_cores".into(), cores.to_string());
+        }
+        // Ray counts `neuron_cores` and NEURON_RT_VISIBLE_CORES takes core ids: the cores of the
+        // devices before it in PCI order come first.
+        let mut first = 0u32;
+        for (acc, count) in accs.iter_mut().zip(core_counts) {
+            let count = count.unwrap_or_else(|| cores_per_device(acc.sku.as_deref()));
+            acc.vocabulary.ray_units = Some(f64::from(count));
+            if count > 0 {
+                acc.vocabulary.isolation = vec![format!("{first}-{}", first + count - 1)];
+            }
+            first += count;
         }
         // The Neuron runtime opens /dev/neuron<N> (N in PCI order, as neuron<N> above).
         if crate::plugin::has_dev(host) {
@@ -113,16 +138,8 @@ impl Vendor for Neuron {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        let mut isolation = Isolation::default();
-        let cores: Vec<String> = devices
-            .iter()
-            .map(|d| {
-                let c = cores_per_device(d.sku.as_deref());
-                format!("{}-{}", d.index * c, d.index * c + c - 1)
-            })
-            .collect();
-        isolation.env.insert("NEURON_RT_VISIBLE_CORES".into(), cores.join(","));
-        isolation
+        // Each device's NeuronCore range, set at discovery.
+        isolate_by_index(devices, &["NEURON_RT_VISIBLE_CORES"])
     }
 }
 

@@ -30,6 +30,42 @@ impl Vendor for Nvidia {
         "nvidia"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "gpu",
+            "GPU",
+            Some("CUDA_VISIBLE_DEVICES"),
+            Some("GPU"),
+            &crate::plugin::RAY_GPU_ENV,
+            Some("nvidia.com/gpu"),
+        )
+    }
+
+    /// GPU Feature Discovery's `nvidia.com/gpu.*` labels (values from accel's own data).
+    fn k8s_labels(&self, machine: &Machine, devices: &[&Accelerator]) -> BTreeMap<String, String> {
+        use crate::export::label_value;
+        let mut labels = BTreeMap::new();
+        let Some(first) = devices.first() else { return labels };
+        labels.insert("nvidia.com/gpu.count".into(), devices.len().to_string());
+        labels.insert("nvidia.com/gpu.product".into(), label_value(&first.product.replace(' ', "-")));
+        if let Some(m) = first.memory_bytes {
+            labels.insert("nvidia.com/gpu.memory".into(), (m >> 20).to_string());
+        }
+        if let Some(f) = &first.family {
+            labels.insert("nvidia.com/gpu.family".into(), label_value(f));
+        }
+        if let Some(p) = &machine.host.product_name {
+            labels.insert("nvidia.com/gpu.machine".into(), label_value(p));
+        }
+        // GFD sets the clique only when every fabric-attached GPU agrees.
+        let cliques: Vec<&str> =
+            machine.domains.iter().filter(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.as_str()).collect();
+        if let [one] = cliques.as_slice() {
+            labels.insert("nvidia.com/gpu.clique".into(), label_value(one));
+        }
+        labels
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let mut gpus: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x10de, is_gpu_class)

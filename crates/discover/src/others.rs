@@ -16,6 +16,17 @@ impl Vendor for IntelGpu {
         "intel-gpu"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "gpu",
+            "GPU",
+            Some("ZE_AFFINITY_MASK"),
+            Some("GPU"),
+            &crate::plugin::RAY_GPU_ENV,
+            Some("gpu.intel.com/i915"),
+        )
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         for node in pci_functions(platform, 0x8086, |c| c.base() == 0x03) {
@@ -62,6 +73,10 @@ pub struct Groq;
 impl Vendor for Groq {
     fn id(&self) -> &'static str {
         "groq"
+    }
+
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary("lpu", "LPU", None, None, &[], None)
     }
 
     fn discover(&self, host: &Host, platform: &Machine) -> Report {

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, Domain, Link, LinkKind, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
+use accel_model::{
+    Accelerator, Domain, Link, LinkKind, Machine, PciClass, PciId, PciNode, PciNodeKind, Vocabulary, Warning,
+};
 
 use crate::{Amd, Gaudi, GenericPci, Groq, Host, IntelGpu, Neuron, Nvidia, Platform, Tpu};
 
@@ -18,6 +20,59 @@ pub trait Vendor: Send + Sync {
     /// What a worker needs in order to see exactly these devices. Returns data; never sets
     /// environment variables itself.
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation;
+
+    /// The vocabulary of this plugin's devices (kind, label, visibility variable, Ray resource).
+    /// Discovery fills each reported device's empty vocabulary fields from it, so a plugin sets
+    /// only what differs per device (isolation values, NeuronCore counts).
+    fn vocabulary(&self) -> Vocabulary {
+        Vocabulary::default()
+    }
+
+    /// Node labels in the vendor's own Kubernetes scheme for its `devices` on `machine` (GPU
+    /// Feature Discovery's `nvidia.com/gpu.*`, ...); `accel labels --format k8s` adds them.
+    fn k8s_labels(&self, _machine: &Machine, _devices: &[&Accelerator]) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// The plugin protocol's answer to `verb` (docs/plugin-protocol.md). Built-in plugins answer
+    /// in process from `discover` and `isolate`, so one conformance harness grades built-in and
+    /// external plugins alike; an external plugin runs its executable.
+    fn call(
+        &self,
+        verb: &str,
+        host: &Host,
+        platform: &Machine,
+        input: &serde_json::Value,
+    ) -> Result<serde_json::Value, crate::exec::PluginError> {
+        crate::exec::in_process(self, verb, host, platform, input)
+    }
+}
+
+/// The variables Ray 2.60 may set for its `GPU` resource: it picks its NVIDIA, AMD or Intel
+/// manager by probing the node, so accel switches every one of them off when it sets visibility.
+pub const RAY_GPU_ENV: [&str; 3] = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"];
+
+/// A vocabulary with the common fields: `kind`, `label`, the visibility variable, Ray's resource
+/// (one unit per device) and the variables Ray manages for it, and the Kubernetes resource.
+pub fn vocabulary(
+    kind: &str,
+    label: &str,
+    visibility_env: Option<&str>,
+    ray_resource: Option<&str>,
+    ray_managed_env: &[&str],
+    k8s_resource: Option<&str>,
+) -> Vocabulary {
+    Vocabulary {
+        kind: kind.to_owned(),
+        label: label.to_owned(),
+        visibility_env: visibility_env.map(str::to_owned),
+        isolation: Vec::new(),
+        ray_resource: ray_resource.map(str::to_owned),
+        ray_units: ray_resource.map(|_| 1.0),
+        ray_managed_env: ray_managed_env.iter().map(|v| (*v).to_owned()).collect(),
+        ray_accelerator_type: None,
+        k8s_resource: k8s_resource.map(str::to_owned),
+    }
 }
 
 /// A plugin's findings: a partial answer with warnings beats an all-or-nothing error.
@@ -58,6 +113,20 @@ pub fn default_plugins() -> Vec<Box<dyn Vendor>> {
     ]
 }
 
+/// The built-in plugins and the external ones `options` finds (`accel-plugin-<name>`), in
+/// running order: the built-in vendor plugins, then the external ones by name, then the generic
+/// PCI fallback (so an external plugin claims its devices before the fallback does). The
+/// warnings name plugins that were skipped.
+pub fn plugins_with_external(options: &crate::exec::ExecOptions) -> (Vec<Box<dyn Vendor>>, Vec<Warning>) {
+    let mut plugins = default_plugins();
+    let reserved: Vec<&str> = plugins.iter().map(|p| p.id()).collect();
+    let (external, warnings) = crate::exec::find(options, &reserved);
+    let generic = plugins.pop().expect("the generic plugin is last");
+    plugins.extend(external.into_iter().map(|p| Box::new(p) as Box<dyn Vendor>));
+    plugins.push(generic);
+    (plugins, warnings)
+}
+
 /// An accelerator for a PCI function, filled from the PCI node and the SKU registry; plugins
 /// then add what their vendor interface knows (memory, UUID, serial, partition).
 pub fn pci_accelerator(host: &Host, node: &PciNode, vendor: &str, plugin: &str) -> Accelerator {
@@ -87,6 +156,11 @@ pub fn pci_accelerator(host: &Host, node: &PciNode, vendor: &str, plugin: &str) 
         uuid: None,
         serial: None,
         partition: None,
+        dtypes: sku.map(|s| s.dtypes.clone()).unwrap_or_default(),
+        vocabulary: Vocabulary {
+            ray_accelerator_type: sku.and_then(|s| s.ray_accelerator_type.clone()),
+            ..Default::default()
+        },
     }
 }
 
@@ -110,9 +184,10 @@ pub fn sku_link(host: &Host, accs: &[Accelerator], (i, j): (usize, usize), kind:
     Link { a: accs[i].id.clone(), b: accs[j].id.clone(), kind, count, gbps: link_gbps(host, &accs[i], count) }
 }
 
-/// Isolation by the devices' indices, comma-separated, in each of `vars`.
+/// Isolation by the devices' isolation values (their index where the plugin set none),
+/// comma-separated, in each of `vars`.
 pub fn isolate_by_index(devices: &[&Accelerator], vars: &[&str]) -> Isolation {
-    let list: Vec<String> = devices.iter().map(|d| d.index.to_string()).collect();
+    let list: Vec<String> = devices.iter().flat_map(|d| isolation_values(d)).collect();
     Isolation { env: vars.iter().map(|v| ((*v).to_owned(), list.join(","))).collect() }
 }
 
@@ -139,4 +214,13 @@ pub(crate) fn not_visible(source: &str, node: &str, hidden: &[String], consequen
             hidden.join(", ")
         ),
     })
+}
+
+/// The values a device contributes to its visibility variable: its vocabulary's, else its index.
+pub fn isolation_values(acc: &Accelerator) -> Vec<String> {
+    if acc.vocabulary.isolation.is_empty() {
+        vec![acc.index.to_string()]
+    } else {
+        acc.vocabulary.isolation.clone()
+    }
 }

@@ -11,12 +11,16 @@ use crate::{default_plugins, discover, Host};
 
 macro_rules! sample {
     ($name:literal) => {
-        ($name, include_bytes!(concat!("../../../test_data/hosts/", $name, "/capture.bundle")).as_slice())
+        (
+            $name,
+            include_bytes!(concat!("../../../test_data/hosts/", $name, "/capture.bundle")).as_slice(),
+            include_str!(concat!("../../../test_data/hosts/", $name, "/README.md")),
+        )
     };
 }
 
 /// Every embedded sample, by name.
-const SAMPLES: &[(&str, &[u8])] = &[
+const SAMPLES: &[(&str, &[u8], &str)] = &[
     sample!("dgx-h100"),
     sample!("hgx-b200"),
     sample!("gb200-nvl72-tray"),
@@ -27,6 +31,7 @@ const SAMPLES: &[(&str, &[u8])] = &[
     sample!("tpu-v6e"),
     sample!("trn2"),
     sample!("gaudi3"),
+    sample!("gaudi2-modules"),
     sample!("nvidia-amd-mixed"),
     // Real machines from hwloc's test suite, converted from their tarballs by `accel capture`.
     sample!("hwloc-2p8co2t-8ve"),
@@ -37,13 +42,18 @@ const SAMPLES: &[(&str, &[u8])] = &[
 
 /// Names of the embedded samples, in a stable order.
 pub fn names() -> Vec<&'static str> {
-    SAMPLES.iter().map(|(n, _)| *n).collect()
+    SAMPLES.iter().map(|(n, _, _)| *n).collect()
 }
 
 /// The file tree of a sample.
 pub fn tree(name: &str) -> Option<MemTree> {
-    let (_, bytes) = SAMPLES.iter().find(|(n, _)| *n == name)?;
+    let (_, bytes, _) = SAMPLES.iter().find(|(n, _, _)| *n == name)?;
     Some(MemTree::parse_bundle(bytes).expect("embedded samples are valid bundles (tested)"))
+}
+
+/// The README naming where a sample's facts come from (a real capture says so in its title).
+pub fn readme(name: &str) -> Option<&'static str> {
+    SAMPLES.iter().find(|(n, _, _)| *n == name).map(|(_, _, r)| *r)
 }
 
 /// A host reading a sample, with the given registry and no network.

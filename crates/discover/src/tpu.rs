@@ -76,6 +76,36 @@ impl Vendor for Tpu {
         "tpu"
     }
 
+    fn vocabulary(&self) -> accel_model::Vocabulary {
+        crate::plugin::vocabulary(
+            "tpu",
+            "TPU",
+            Some("TPU_VISIBLE_CHIPS"),
+            Some("TPU"),
+            &["TPU_VISIBLE_CHIPS"],
+            Some("google.com/tpu"),
+        )
+    }
+
+    /// GKE's TPU labels: `tpu-v6e-slice`-style accelerator names from the `v6e-8` type.
+    fn k8s_labels(&self, machine: &Machine, _devices: &[&Accelerator]) -> BTreeMap<String, String> {
+        use crate::export::label_value;
+        let mut labels = BTreeMap::new();
+        if let (Some(t), Some(topo)) =
+            (machine.attributes.get("tpu.accelerator_type"), machine.attributes.get("tpu.topology"))
+        {
+            let generation = t.split('-').next().unwrap_or(t);
+            let gke = match generation {
+                "v5litepod" | "v5e" => "tpu-v5-lite-podslice".to_owned(),
+                "v5p" => "tpu-v5p-slice".to_owned(),
+                g => format!("tpu-{g}-slice"),
+            };
+            labels.insert("cloud.google.com/gke-tpu-accelerator".into(), label_value(&gke));
+            labels.insert("cloud.google.com/gke-tpu-topology".into(), label_value(topo));
+        }
+        labels
+    }
+
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let mut report = Report::default();
         let mut chips: BTreeMap<(u32, u8, u8), Accelerator> = BTreeMap::new();

@@ -30,6 +30,19 @@ fn summary(m: &Machine) -> String {
         );
         let _ = writeln!(s, "{}", line.trim_end());
     }
+    let _ = writeln!(s, "vocabulary (label, Ray resource x units, visibility):");
+    for (a, label) in m.accelerators.iter().zip(m.device_labels()) {
+        let v = &a.vocabulary;
+        let _ = writeln!(
+            s,
+            "  {label} {} {}x{} {}={}",
+            v.kind,
+            v.ray_resource.as_deref().unwrap_or("-"),
+            v.ray_units.unwrap_or(0.0),
+            v.visibility_env.as_deref().unwrap_or("-"),
+            v.isolation.join(","),
+        );
+    }
     let c = PathClassifier::new(m);
     let _ = writeln!(s, "matrix (accelerators, then NICs):");
     for row in c.matrix() {
@@ -368,6 +381,33 @@ fn tpu_trn2_gaudi3_mixed() {
     assert_eq!(iso.env["HIP_VISIBLE_DEVICES"], "1");
     assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], m.accelerators[3].uuid.clone().unwrap(), "NVIDIA by UUID");
     assert_eq!(iso.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+}
+
+/// Ray counts `neuron_cores` in NeuronCores: a trn2.48xlarge has 16 devices of 8 cores, so 128,
+/// and each device's NEURON_RT_VISIBLE_CORES range starts after the cores of the ones before it.
+#[test]
+fn trn2_counts_neuron_cores_in_cores() {
+    let m = machine("trn2");
+    let units: f64 = m
+        .accelerators
+        .iter()
+        .filter(|a| a.vocabulary.ray_resource.as_deref() == Some("neuron_cores"))
+        .map(|a| a.vocabulary.ray_units.unwrap_or(0.0))
+        .sum();
+    assert_eq!(units, 128.0);
+    let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[1].id, &m.accelerators[3].id]);
+    assert_eq!(iso.env["NEURON_RT_VISIBLE_CORES"], "8-15,24-31");
+}
+
+/// HABANA_VISIBLE_MODULES takes module ids, which on this sample differ from PCI order.
+#[test]
+fn gaudi_isolates_by_module_id() {
+    let m = machine("gaudi2-modules");
+    assert_eq!(m.accelerators.len(), 8);
+    let modules: Vec<&str> = m.accelerators.iter().map(|a| a.vocabulary.isolation[0].as_str()).collect();
+    assert_eq!(modules, ["3", "1", "0", "2", "7", "5", "4", "6"]);
+    let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[0].id, &m.accelerators[2].id]);
+    assert_eq!(iso.env["HABANA_VISIBLE_MODULES"], "3,0");
 }
 
 #[test]

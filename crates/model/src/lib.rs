@@ -12,7 +12,7 @@ mod sku;
 pub use cpuset::{CpuSet, CpuSetError};
 pub use machine::{
     Accelerator, Domain, DomainKind, HostInfo, Link, LinkKind, Machine, Nic, NumaNode, Partition, PciNode, PciNodeKind,
-    Warning, SCHEMA_VERSION,
+    Vocabulary, Warning, SCHEMA_VERSION,
 };
 pub use path::{Endpoint, PathClass, PathClassifier};
 pub use pci::{PciAddr, PciAddrError, PciClass, PciId, PciLink};

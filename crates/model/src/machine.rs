@@ -63,6 +63,22 @@ impl Machine {
         self.accelerators.iter().find(|a| a.id == id)
     }
 
+    /// Each accelerator's short name, in order: its vocabulary's label prefix and a counter per
+    /// prefix (`GPU0`, `GPU1`, `NRN0`...), unique on the node. `accel topo` prints these and the
+    /// planner accepts them.
+    pub fn device_labels(&self) -> Vec<String> {
+        let mut counters: BTreeMap<&str, u32> = BTreeMap::new();
+        self.accelerators
+            .iter()
+            .map(|a| {
+                let prefix = a.vocabulary.label_prefix();
+                let n = counters.entry(prefix).or_default();
+                *n += 1;
+                format!("{prefix}{}", *n - 1)
+            })
+            .collect()
+    }
+
     pub fn warn(&mut self, source: &str, path: Option<String>, message: impl Into<String>) {
         self.warnings.push(Warning { source: source.to_owned(), path, message: message.into() });
     }
@@ -196,6 +212,87 @@ pub struct Accelerator {
     /// Set when this is one partition of a physical device (AMD CPX/DPX, MIG).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub partition: Option<Partition>,
+    /// Data types the device computes in (`bf16`, `fp8`), from its SKU, resolved at discovery.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub dtypes: Vec<String>,
+    /// How runtimes and schedulers name this device, given by the plugin that reported it.
+    #[serde(default)]
+    pub vocabulary: Vocabulary,
+}
+
+/// One device's names in the world around it: its kind, the label tools print, the variable
+/// that hides the others, and what Ray counts it as. The plugin that reports a device fills
+/// this; nothing above discovery keeps a vendor table of its own (docs/schema.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Vocabulary {
+    /// Device kind: `gpu`, `tpu`, `neuron`, `hpu`, `lpu`, `npu`, `accelerator`.
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub kind: String,
+    /// Label prefix for matrices and plans (`GPU` gives `GPU0`, `GPU1`...).
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub label: String,
+    /// The environment variable that confines a process to a set of these devices.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub visibility_env: Option<String>,
+    /// The values this device contributes to `visibility_env`: its index, a UUID, a Gaudi module
+    /// id, a NeuronCore range (`8-15`). Empty means the index.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub isolation: Vec<String>,
+    /// Ray's resource for the device (`GPU`, `TPU`, `neuron_cores`, `HPU`, `NPU`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ray_resource: Option<String>,
+    /// How many units of `ray_resource` the device is: 1, or its NeuronCore count.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ray_units: Option<f64>,
+    /// Variables Ray itself sets for that resource, which accel switches off
+    /// (`RAY_EXPERIMENTAL_NOSET_<VAR>=1`) when it sets visibility.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub ray_managed_env: Vec<String>,
+    /// Ray's accelerator-type string (`H100`, `TPU-V6E`), from the SKU.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ray_accelerator_type: Option<String>,
+    /// The Kubernetes extended resource of the vendor's device plugin (`nvidia.com/gpu`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub k8s_resource: Option<String>,
+}
+
+impl Vocabulary {
+    /// Fills every field that is still empty from `defaults` (a plugin's vocabulary for its kind).
+    pub fn fill_from(&mut self, defaults: &Vocabulary) {
+        fn text(v: &mut String, d: &str) {
+            if v.is_empty() {
+                d.clone_into(v);
+            }
+        }
+        fn opt<T: Clone>(v: &mut Option<T>, d: &Option<T>) {
+            if v.is_none() {
+                v.clone_from(d);
+            }
+        }
+        fn list(v: &mut Vec<String>, d: &[String]) {
+            if v.is_empty() {
+                *v = d.to_vec();
+            }
+        }
+        text(&mut self.kind, &defaults.kind);
+        text(&mut self.label, &defaults.label);
+        opt(&mut self.visibility_env, &defaults.visibility_env);
+        list(&mut self.isolation, &defaults.isolation);
+        opt(&mut self.ray_resource, &defaults.ray_resource);
+        opt(&mut self.ray_units, &defaults.ray_units);
+        list(&mut self.ray_managed_env, &defaults.ray_managed_env);
+        opt(&mut self.ray_accelerator_type, &defaults.ray_accelerator_type);
+        opt(&mut self.k8s_resource, &defaults.k8s_resource);
+    }
+
+    /// The label prefix, `ACC` for a device whose plugin named none.
+    pub fn label_prefix(&self) -> &str {
+        if self.label.is_empty() {
+            "ACC"
+        } else {
+            &self.label
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -241,6 +241,8 @@ mod tests {
             uuid: None,
             serial: None,
             partition: None,
+            dtypes: Vec::new(),
+            vocabulary: Default::default(),
         }
     }
 

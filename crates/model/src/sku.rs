@@ -35,6 +35,9 @@ pub struct Sku {
     pub bf16_dense_tflops: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dtypes: Vec<String>,
+    /// Ray's accelerator-type string for the product (`H100`, `TPU-V6E`, `aws-neuron-core`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_accelerator_type: Option<String>,
     pub sources: Vec<String>,
     #[serde(default)]
     pub pci: Vec<PciMatch>,

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use accel_model::{DomainKind, Endpoint, Machine, PathClass, PathClassifier, SkuRegistry};
+use accel_model::{DomainKind, Endpoint, Machine, PathClass, PathClassifier};
 use serde::{Deserialize, Serialize};
 
 use crate::PlanError;
@@ -159,20 +159,8 @@ fn class_rank(text: &str) -> u32 {
     }
 }
 
-/// The Ray-style short label of a device: `GPU3`, `TPU0`, `NC1`, `HPU2`.
-fn short_label(vendor: &str, family: Option<&str>, index: u32) -> String {
-    let prefix = match vendor {
-        "google" => "TPU",
-        "aws" => "ND",
-        "intel" if family.is_some_and(|f| f.starts_with("gaudi")) => "HPU",
-        "groq" => "LPU",
-        _ => "GPU",
-    };
-    format!("{prefix}{index}")
-}
-
 impl Topo {
-    pub fn new(machine: &Machine, registry: &SkuRegistry) -> Result<Topo, PlanError> {
+    pub fn new(machine: &Machine) -> Result<Topo, PlanError> {
         let n = machine.accelerators.len();
         if n > MAX_DEVICES_PER_NODE {
             return Err(PlanError::Cluster(format!(
@@ -180,9 +168,9 @@ impl Topo {
             )));
         }
         let classifier = PathClassifier::new(machine);
+        let labels = machine.device_labels();
         let mut devices = Vec::with_capacity(n);
         for (i, acc) in machine.accelerators.iter().enumerate() {
-            let sku = acc.sku.as_deref().and_then(|id| registry.get(id));
             let mut nic: Option<(String, u8, String)> = None;
             for (j, card) in machine.nics.iter().enumerate() {
                 if !card.rdma {
@@ -202,11 +190,11 @@ impl Topo {
                 id: acc.id.clone(),
                 vendor: acc.vendor.clone(),
                 index: acc.index,
-                label: short_label(&acc.vendor, acc.family.as_deref(), acc.index),
+                label: labels[i].clone(),
                 family: acc.family.clone(),
                 sku: acc.sku.clone(),
                 memory_bytes: acc.memory_bytes,
-                dtypes: sku.map(|s| s.dtypes.clone()).unwrap_or_default(),
+                dtypes: acc.dtypes.clone(),
                 numa: acc.numa_node,
                 nic,
             });
@@ -228,15 +216,8 @@ impl Topo {
             if a == b {
                 continue;
             }
-            let per_link = machine.accelerators[a]
-                .sku
-                .as_deref()
-                .and_then(|id| registry.get(id))
-                .and_then(|s| s.scale_up)
-                .map(|s| s.gbps_per_link())
-                .filter(|g| *g > 0.0)
-                .unwrap_or(25.0);
-            let gbps = l.gbps.unwrap_or(per_link * f64::from(l.count.max(1)));
+            // Discovery gives a link its SKU's bandwidth; a link of an unknown SKU counts 25 GB/s.
+            let gbps = l.gbps.unwrap_or(25.0 * f64::from(l.count.max(1)));
             link[a] |= 1 << b;
             link[b] |= 1 << a;
             // Several link records for one pair: the best one counts.

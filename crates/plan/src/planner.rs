@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use accel_model::{Machine, SkuRegistry};
+use accel_model::Machine;
 use serde::Serialize;
 
 use crate::cluster::{machine_domains, Cluster, MachineRef, Node, Topo, Topos};
@@ -110,12 +110,9 @@ pub(crate) enum Unit {
 }
 
 impl Planner {
-    /// A planner over `cluster` with the built-in SKU registry (for dtypes and link speeds).
+    /// A planner over `cluster`. Everything it needs about a device (dtypes, memory, link
+    /// bandwidth) is on the machines: discovery resolved the SKUs.
     pub fn new(cluster: &Cluster) -> Result<Planner, PlanError> {
-        Planner::with_registry(cluster, &SkuRegistry::builtin())
-    }
-
-    pub fn with_registry(cluster: &Cluster, registry: &SkuRegistry) -> Result<Planner, PlanError> {
         let mut planner = Planner::empty();
         let mut shared: HashMap<&str, (usize, BTreeMap<String, String>)> = HashMap::new();
         for node in &cluster.nodes {
@@ -125,13 +122,13 @@ impl Planner {
                     if let Some(found) = shared.get(name.as_str()) {
                         found.clone()
                     } else {
-                        let t = planner.topos.intern(Topo::new(machine, registry)?);
+                        let t = planner.topos.intern(Topo::new(machine)?);
                         let entry = (t, machine_domains(machine));
                         shared.insert(name.as_str(), entry.clone());
                         entry
                     }
                 }
-                MachineRef::Inline(m) => (planner.topos.intern(Topo::new(m, registry)?), machine_domains(m)),
+                MachineRef::Inline(m) => (planner.topos.intern(Topo::new(m)?), machine_domains(m)),
             };
             let mut labels = domains;
             labels.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -164,9 +161,8 @@ impl Planner {
         name: &str,
         labels: &BTreeMap<String, String>,
         machine: &Machine,
-        registry: &SkuRegistry,
     ) -> Result<(), PlanError> {
-        let topo = self.topos.intern(Topo::new(machine, registry)?);
+        let topo = self.topos.intern(Topo::new(machine)?);
         let mut all = machine_domains(machine);
         all.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.push_node(name.to_owned(), all, topo)

@@ -51,7 +51,7 @@ pub struct Bundle {
     /// Minimum device memory in GB (10^9 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_memory_gb: Option<f64>,
-    /// Data types every device must support (`fp8`, `bf16`), from the SKU registry.
+    /// Data types every device must support (`fp8`, `bf16`): the `dtypes` discovery resolved from its SKU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dtypes: Vec<String>,
     #[serde(default)]

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use accel_discover::{default_plugins, discover, load_registry, Host};
+use accel_discover::{discover_all, load_registry, Host, OpenOptions, Source};
 use pyo3::prelude::*;
 
 use crate::errors::{discovery_error, to_py};
@@ -18,21 +18,15 @@ fn discover_json(
     sku_dir: Option<PathBuf>,
 ) -> PyResult<String> {
     let root = root.unwrap_or_else(|| PathBuf::from("/"));
-    if !root.join("sys").is_dir() {
-        return Err(discovery_error(format!(
-            "{} has no sys/ directory: not a Linux root or a captured machine",
-            root.display()
-        )));
-    }
     let registry = load_registry(sku_dir.as_deref(), &sku_files).map_err(to_py(discovery_error))?;
-    let live = root == std::path::Path::new("/");
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let exec = accel_discover::exec::ExecOptions::from_env(&env);
+    let options = OpenOptions { registry, env, ..OpenOptions::default() };
     let machine = py.detach(|| {
-        let mut host = Host::new(&root, registry);
-        if live {
-            host = host.with_env(std::env::vars().collect());
-        }
-        discover(&host, &default_plugins())
+        // The same host the CLI opens: NVML and the metadata look-ups on the live machine.
+        Host::open(&Source::from_root(&root), options).map(|host| discover_all(&host, &exec))
     });
+    let machine = machine.map_err(to_py(discovery_error))?;
     serde_json::to_string(&machine).map_err(to_py(discovery_error))
 }
 

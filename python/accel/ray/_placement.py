@@ -35,40 +35,21 @@ LABEL_PREFIX = "accel.io/"
 KV_NAMESPACE = "accel"
 KV_PREFIX = "machine:"
 
-# Ray's resource for each vendor's devices, and the visibility variable Ray would set for it.
-_RAY_RESOURCE = {"nvidia": "GPU", "amd": "GPU", "google": "TPU", "aws": "neuron_cores"}
-_VISIBILITY = {
-    "nvidia": "CUDA_VISIBLE_DEVICES",
-    "amd": "HIP_VISIBLE_DEVICES",
-    "google": "TPU_VISIBLE_CHIPS",
-    "aws": "NEURON_RT_VISIBLE_CORES",
-    "intel-gaudi": "HABANA_VISIBLE_MODULES",
-    "intel": "ZE_AFFINITY_MASK",
-}
-# The variables Ray may rewrite for each of its device kinds unless told not to
-# (`RAY_EXPERIMENTAL_NOSET_<VAR>=1`). For `GPU`, Ray picks the NVIDIA, AMD or Intel manager by
-# probing the node, so every GPU variable is switched off: only accel's visibility stands.
-_RAY_MANAGED = {
-    "GPU": ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"),
-    "TPU": ("TPU_VISIBLE_CHIPS",),
-    "neuron_cores": ("NEURON_RT_VISIBLE_CORES",),
-    "HPU": ("HABANA_VISIBLE_MODULES",),
-}
+def _vocabulary(device: dict[str, Any]) -> dict[str, Any]:
+    vocabulary: dict[str, Any] = device.get("vocabulary") or {}
+    return vocabulary
 
 
-def _vendor_key(device: dict[str, Any]) -> str:
-    family = (device.get("family") or "").lower()
-    if device["vendor"] == "intel" and family.startswith("gaudi"):
-        return "intel-gaudi"
-    return str(device["vendor"])
+def ray_resource(device: dict[str, Any]) -> str | None:
+    """Ray's resource name for a device, as the plugin that discovered it names it (its
+    vocabulary's `ray_resource`); None when Ray has none for it."""
+    name = _vocabulary(device).get("ray_resource")
+    return str(name) if name else None
 
 
-def ray_resource(device: dict[str, Any]) -> str:
-    """Ray's resource name for a device's kind (`GPU`, `TPU`, `neuron_cores`, `HPU`)."""
-    key = _vendor_key(device)
-    if key == "intel-gaudi":
-        return "HPU"
-    return _RAY_RESOURCE.get(key, "GPU")
+def ray_units(device: dict[str, Any]) -> float:
+    """How many units of its Ray resource a device is (1, or its NeuronCore count)."""
+    return float(_vocabulary(device).get("ray_units", 1))
 
 
 def device_resource(vendor: str, index: int) -> str:
@@ -87,7 +68,8 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
 
     The labels and per-device resources are discovery's (`accel labels --format ray`), plus
     `accel.io/node=<name>` and the planner labels given (`{"rack": "r1"}` -> `accel.io/rack=r1`);
-    the resources add Ray's own device-kind counts for non-GPU kinds (`TPU`, `neuron_cores`, `HPU`).
+    the resources add Ray's own device-kind counts for every other kind, in the units each
+    device's plugin gives (a Neuron device counts its cores).
     """
     base_labels, base_resources = _native.ray_node(json.dumps(machine))
     resources: dict[str, float] = dict(base_resources)
@@ -95,9 +77,9 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
     for acc in machine.get("accelerators", []):
         kind = ray_resource(acc)
         if kind == "GPU":
-            num_gpus += 1
-        else:
-            resources[kind] = resources.get(kind, 0) + 1
+            num_gpus += int(ray_units(acc))
+        elif kind is not None:
+            resources[kind] = resources.get(kind, 0) + ray_units(acc)
     out_labels = dict(base_labels)
     for key, value in (labels or {}).items():
         out_labels[LABEL_PREFIX + key.replace("_", "-")] = _label_value(value)
@@ -111,16 +93,8 @@ def visibility_env(machine: dict[str, Any], device_ids: list[str]) -> dict[str, 
     devices' Ray kind (all three GPU variables for `GPU`)."""
     env = dict(_native.isolate_env(json.dumps(machine), list(device_ids)))
     by_id = {a["id"]: a for a in machine.get("accelerators", [])}
-    missing: dict[str, list[str]] = {}
     for dev_id in device_ids:
-        dev = by_id[dev_id]
-        var = _VISIBILITY.get(_vendor_key(dev))
-        if var and var not in env:
-            missing.setdefault(var, []).append(str(dev["index"]))
-    for var, indices in missing.items():  # vendors whose plugin has no isolate yet
-        env[var] = ",".join(indices)
-    for kind in sorted({ray_resource(by_id[d]) for d in device_ids}):
-        for var in _RAY_MANAGED.get(kind, ()):
+        for var in _vocabulary(by_id[dev_id]).get("ray_managed_env", []):
             env[f"RAY_EXPERIMENTAL_NOSET_{var}"] = "1"
     return env
 
@@ -261,7 +235,8 @@ def _bundle_resources(machine: dict[str, Any], devices: list[dict[str, Any]]) ->
     res: dict[str, float] = {}
     for d in devices:
         kind = ray_resource(by_id[d["id"]])
-        res[kind] = res.get(kind, 0) + 1
+        if kind is not None:
+            res[kind] = res.get(kind, 0) + ray_units(by_id[d["id"]])
         res[device_resource(d["vendor"], d["index"])] = 1
     return res
 

@@ -149,6 +149,12 @@ pub fn build(spec: &Spec) -> Machine {
             uuid: None,
             serial: None,
             partition: None,
+            // What discovery resolves from the SKU.
+            dtypes: spec
+                .sku
+                .and_then(|s| accel_model::SkuRegistry::builtin().get(s).map(|s| s.dtypes.clone()))
+                .unwrap_or_default(),
+            vocabulary: accel_model::Vocabulary { label: "GPU".into(), ..Default::default() },
         });
         if spec.nics.contains(&g) {
             m.pci.push(pci(down_nic.clone(), PciNodeKind::Bridge, Some(up), numa));

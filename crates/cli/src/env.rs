@@ -1,0 +1,75 @@
+//! `accel env` and `accel env diff`: the environment fingerprint
+//! (accel_discover::fingerprint) of this machine or a capture, and what differs between two.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use accel_discover::fingerprint::{self, Fingerprint};
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "Every field names its source (a file, dpkg, NVML, the environment), or says it is unknown.\n\nExamples:\n  accel env --json > a.json          this machine's fingerprint\n  accel env diff a.json b.json       what differs (exit 0: nothing, 1: something, 2: bad input)"
+)]
+pub struct EnvArgs {
+    #[command(subcommand)]
+    pub command: Option<EnvCommand>,
+    #[command(flatten)]
+    pub source: crate::SourceArgs,
+    /// Print JSON (`{fingerprint_version, fields: {name: {value?, source}}}`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnvCommand {
+    /// Compare two fingerprints (`accel env --json` output, or a conformance report embedding one).
+    Diff {
+        #[arg(value_name = "A.json")]
+        a: PathBuf,
+        #[arg(value_name = "B.json")]
+        b: PathBuf,
+    },
+}
+
+/// Returns false when `diff` found differences.
+pub fn run(args: &EnvArgs, out: &mut impl Write) -> Result<bool> {
+    if let Some(EnvCommand::Diff { a, b }) = &args.command {
+        let (fa, fb) = (load(a)?, load(b)?);
+        let changes = fingerprint::diff(&fa, &fb);
+        for (key, va, vb) in &changes {
+            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(unknown)".into());
+            writeln!(out, "{key}: {} -> {}", show(va), show(vb))?;
+        }
+        if changes.is_empty() {
+            writeln!(out, "no differences")?;
+        }
+        return Ok(changes.is_empty());
+    }
+    let host = crate::make_host(&args.source)?;
+    let fp = fingerprint::collect(&host);
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &fp)?;
+        writeln!(out)?;
+    } else {
+        let width = fp.fields.keys().map(String::len).max().unwrap_or(0);
+        for (key, field) in &fp.fields {
+            match &field.value {
+                Some(v) => writeln!(out, "{key:<width$}  {v}  ({})", field.source)?,
+                None => writeln!(out, "{key:<width$}  -  ({})", field.source)?,
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// A fingerprint file, or a document that embeds one under `fingerprint`.
+fn load(path: &Path) -> Result<Fingerprint> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let inner = if value.get("fields").is_some() { value } else { value["fingerprint"].clone() };
+    serde_json::from_value(inner).with_context(|| format!("{} holds no environment fingerprint", path.display()))
+}

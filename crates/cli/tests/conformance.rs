@@ -1,0 +1,135 @@
+//! `accel conformance` grades every built-in plugin and the example external one, and
+//! docs/maturity.md is exactly what the suite's JSON renders to (`UPDATE_EXPECT=1` rewrites
+//! it); `accel env` and `accel env diff`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use expect_test::expect_file;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn accel(args: &[&str], plugin_dir: Option<&PathBuf>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_accel"));
+    cmd.args(args).current_dir(repo()).env_remove("ACCEL_SKU_DIR").env_remove("ACCEL_PLUGIN_DIR");
+    if let Some(dir) = plugin_dir {
+        cmd.env("ACCEL_PLUGIN_DIR", dir);
+    }
+    cmd.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(out.status.success(), "failed ({:?}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn conformance_grades_every_plugin_and_maturity_md_is_current() {
+    let ascend = PathBuf::from("examples/plugins/ascend");
+    let capture = "examples/plugins/ascend/capture";
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(&accel(&["conformance", "--capture", capture, "--json"], Some(&ascend)))).unwrap();
+    let graded: Vec<&str> = report["plugins"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for plugin in accel_discover::default_plugins() {
+        assert!(graded.contains(&plugin.id()), "{} not graded: {graded:?}", plugin.id());
+    }
+    let ascend_result = report["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "ascend").unwrap();
+    assert_eq!(ascend_result["kind"], "external");
+    assert_eq!(ascend_result["tiers"]["discover"]["tier"], "T3");
+    // Real captures (hwloc's, the KFD one) lift a capability to T2; synthetic ones give T3.
+    let amd = report["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "amd").unwrap();
+    assert_eq!(amd["tiers"]["discover"]["tier"], "T2", "{}", amd["tiers"]);
+    let nvidia = report["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "nvidia").unwrap();
+    assert_eq!(nvidia["tiers"]["discover"]["tier"], "T3");
+
+    let page = stdout(&accel(&["conformance", "--capture", capture, "--markdown"], Some(&ascend)));
+    expect_file![repo().join("docs/maturity.md")].assert_eq(&page);
+}
+
+#[test]
+fn a_failing_check_fails_the_run_and_costs_its_tier() {
+    // A plugin whose isolate answer disagrees with its own isolation values.
+    let dir = std::env::temp_dir().join(format!("accel-conf-liar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("accel-plugin-liar");
+    std::fs::write(
+        &plugin,
+        r#"#!/bin/sh
+case "$1" in
+  discover) cat > /dev/null; echo '{"protocol": 1, "accelerators": [{"id": "liar-0000:04:00.0", "vendor": "liar", "product": "Liar L1", "pci": "0000:04:00.0", "vocabulary": {"visibility_env": "LIAR_VISIBLE", "isolation": ["4"]}}]}' ;;
+  isolate) cat > /dev/null; echo '{"protocol": 1, "env": {"LIAR_VISIBLE": "0"}}' ;;
+  *) exit 3 ;;
+esac
+"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = accel(
+        &["conformance", "--plugin", "liar", "--capture", "examples/plugins/ascend/capture", "--json"],
+        Some(&dir),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let liar = &report["plugins"][0];
+    assert_eq!(liar["tiers"]["isolate"]["tier"], "none");
+    assert!(liar["tiers"]["isolate"]["evidence"].as_str().unwrap().contains("LIAR_VISIBLE"), "{liar}");
+    assert_eq!(liar["tiers"]["discover"]["tier"], "T3");
+    // The vendor runner script (ci/vendor-conformance.yml runs the same) writes the report and
+    // keeps the suite's exit status.
+    let report_path = dir.join("report.json");
+    let script = Command::new("bash")
+        .arg(repo().join("scripts/vendor-conformance.sh"))
+        .arg(&report_path)
+        .args(["--plugin", "liar", "--capture", "examples/plugins/ascend/capture"])
+        .current_dir(repo())
+        .env("ACCEL", env!("CARGO_BIN_EXE_accel"))
+        .env("ACCEL_PLUGIN_DIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(script.status.code(), Some(1), "{}", String::from_utf8_lossy(&script.stderr));
+    assert!(String::from_utf8_lossy(&script.stdout).contains("FAIL visibility"), "{script:?}");
+    let written: serde_json::Value = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(written["plugins"][0]["name"], "liar");
+    let bad = accel(&["conformance", "--plugin", "no-such-plugin"], None);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("no plugin named"));
+}
+
+#[test]
+fn env_and_env_diff() {
+    let live: serde_json::Value = serde_json::from_str(&stdout(&accel(&["env", "--json"], None))).unwrap();
+    let fields = live["fields"].as_object().unwrap();
+    // Every field gives its value's source, or says it is unknown.
+    for (name, f) in fields {
+        let source = f["source"].as_str().unwrap();
+        assert!(f.get("value").is_some() || source.starts_with("unknown"), "{name}: {f}");
+    }
+    assert!(fields["kernel.release"]["value"].is_string(), "Linux has /proc/sys/kernel/osrelease");
+    assert!(fields["topology.hash"]["value"].is_string());
+
+    let dir = std::env::temp_dir().join(format!("accel-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("a.json");
+    let b = dir.join("b.json");
+    std::fs::write(&a, stdout(&accel(&["env", "--json", "--sample", "dgx-h100"], None))).unwrap();
+    std::fs::write(&b, stdout(&accel(&["env", "--json", "--sample", "mi300x"], None))).unwrap();
+    let same = accel(&["env", "diff", a.to_str().unwrap(), a.to_str().unwrap()], None);
+    assert_eq!(same.status.code(), Some(0));
+    let differ = accel(&["env", "diff", a.to_str().unwrap(), b.to_str().unwrap()], None);
+    assert_eq!(differ.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&differ.stdout);
+    assert!(text.lines().any(|l| l.starts_with("topology.hash: ")), "{text}");
+    let bad = accel(&["env", "diff", a.to_str().unwrap(), "/nonexistent.json"], None);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("/nonexistent.json"));
+
+    // A capture carries its fingerprint.
+    let cap = dir.join("cap");
+    stdout(&accel(&["capture", cap.to_str().unwrap(), "--sample", "tpu-v6e"], None));
+    let bundle = std::fs::read(cap.join("capture.bundle")).unwrap();
+    let tree = accel_discover::fs::MemTree::parse_bundle(&bundle).unwrap();
+    let env: serde_json::Value =
+        serde_json::from_slice(tree.file(std::path::Path::new("/accel/env.json")).unwrap()).unwrap();
+    assert!(env["fields"]["topology.hash"]["value"].is_string());
+}

@@ -1,0 +1,662 @@
+//! The conformance suite (docs/maturity.md, docs/contributing-hardware.md): every check that
+//! applies to a plugin and a capture, run through the plugin protocol, so built-in and external
+//! plugins are graded by one harness; and the maturity tier of each capability, on evidence.
+//!
+//! Tiers, per capability (`discover`, `topology`, `isolate`, `metrics`):
+//! - **T3**: passes on at least one capture and fails on none;
+//! - **T2**: T3, and at least one passing capture is real (a public or contributed capture whose
+//!   README records its source);
+//! - **T1**: T2, and a `--live` run on real hardware with the plugin's devices passes, with the
+//!   run's environment fingerprint attached.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accel_model::{Accelerator, Machine, PathClassifier};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::exec::PluginError;
+use crate::fs::MemTree;
+use crate::{discover, export, linux, Host, Vendor};
+
+/// The capabilities a plugin is graded on.
+pub const CAPABILITIES: [&str; 4] = ["discover", "topology", "isolate", "metrics"];
+
+/// A machine the suite runs on.
+#[derive(Debug)]
+pub struct Capture {
+    pub name: String,
+    pub host: Host,
+    /// A real machine's capture (its README says so), not a synthetic one.
+    pub real: bool,
+    /// The README's first line, or where the capture came from.
+    pub source: String,
+    /// The live machine (`--live`).
+    pub live: bool,
+    /// The tree, when the capture is in memory: robustness checks mutate copies of it.
+    tree: Option<Arc<MemTree>>,
+}
+
+impl Capture {
+    /// An embedded sample.
+    pub fn sample(name: &str, registry: accel_model::SkuRegistry) -> Option<Capture> {
+        let tree = Arc::new(crate::samples::tree(name)?);
+        let readme = crate::samples::readme(name).unwrap_or("");
+        Some(Capture {
+            name: name.to_owned(),
+            host: Host::in_memory(tree.clone(), registry),
+            real: is_real(readme),
+            source: first_line(readme),
+            live: false,
+            tree: Some(tree),
+        })
+    }
+
+    /// A capture on disk: a directory holding `sys/`, a `capture.bundle` file, or a directory
+    /// holding one (`test_data/hosts/<name>`). Its README.md (beside it or in its parent) says
+    /// where it comes from.
+    pub fn path(path: &Path, registry: accel_model::SkuRegistry) -> Result<Capture, String> {
+        // `examples/plugins/ascend/capture` is named `ascend`, `hosts/x/capture.bundle` is `x`.
+        let named = if matches!(path.file_name().and_then(|n| n.to_str()), Some("capture" | "capture.bundle")) {
+            path.parent().unwrap_or(path)
+        } else {
+            path
+        };
+        let name = named.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let readme = [path.join("README.md"), path.parent().map(|p| p.join("README.md")).unwrap_or_default()]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        let bundle = if path.is_file() {
+            Some(path.to_path_buf())
+        } else if path.join("capture.bundle").is_file() && !path.join("sys").is_dir() {
+            Some(path.join("capture.bundle"))
+        } else {
+            None
+        };
+        let (host, tree) = match bundle {
+            Some(file) => {
+                let bytes = std::fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                let tree = Arc::new(
+                    MemTree::parse_bundle(&bytes)
+                        .map_err(|e| format!("{} is not a capture bundle: {e}", file.display()))?,
+                );
+                (Host::in_memory(tree.clone(), registry), Some(tree))
+            }
+            None if path.join("sys").is_dir() => (Host::new(path, registry), None),
+            None => return Err(format!("{} is neither a captured root (sys/) nor a capture bundle", path.display())),
+        };
+        Ok(Capture { name, host, real: is_real(&readme), source: first_line(&readme), live: false, tree })
+    }
+
+    /// The live machine.
+    pub fn live(host: Host) -> Capture {
+        Capture { name: "live".into(), host, real: true, source: "this machine".into(), live: true, tree: None }
+    }
+}
+
+fn first_line(readme: &str) -> String {
+    readme.lines().next().unwrap_or("").trim_start_matches('#').trim().to_owned()
+}
+
+/// A capture is real when its README's title says so (`(real capture)`, `(real KFD capture)`) or
+/// it records a real machine as its source (hwloc's gathered machines).
+fn is_real(readme: &str) -> bool {
+    let title = first_line(readme).to_lowercase();
+    let text = readme.to_lowercase();
+    !title.contains("synthetic") && (title.contains("(real") || text.contains("of a real machine"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Pass,
+    Fail,
+    Skip,
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub capability: String,
+    pub name: String,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// Every check of one plugin on one capture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaptureResult {
+    pub capture: String,
+    pub real: bool,
+    pub source: String,
+    #[serde(default)]
+    pub live: bool,
+    pub devices: usize,
+    pub checks: Vec<Check>,
+}
+
+/// A capability's tier and the evidence for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grade {
+    /// `T1`, `T2`, `T3` or `none`.
+    pub tier: String,
+    pub evidence: String,
+}
+
+/// One plugin's results and grades.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PluginResult {
+    pub name: String,
+    /// `built-in` or `external`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub captures: Vec<CaptureResult>,
+    pub tiers: BTreeMap<String, Grade>,
+}
+
+/// The suite's output (`accel conformance --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Format version of this report.
+    pub report_version: u32,
+    pub protocol: u64,
+    pub plugins: Vec<PluginResult>,
+    /// The environment the suite ran in (`accel env --json`), for reproducing a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<Value>,
+}
+
+fn check(capability: &str, name: &str, status: Status, detail: impl Into<String>) -> Check {
+    Check { capability: capability.into(), name: name.into(), status, detail: detail.into() }
+}
+
+fn pass(capability: &str, name: &str) -> Check {
+    check(capability, name, Status::Pass, "")
+}
+
+/// How many mutated copies of each in-memory capture the robustness check discovers.
+pub const MUTATIONS: usize = 16;
+
+/// Runs the suite: every plugin of `plugins` named in `only` (all when empty) on every capture
+/// where it finds devices. `external` names the plugins that are executables.
+pub fn run(plugins: &[Box<dyn Vendor>], external: &[&str], only: &[String], captures: &[Capture]) -> Report {
+    let mut results = Vec::new();
+    let machines: Vec<Machine> = captures.iter().map(|c| discover(&c.host, plugins)).collect();
+    for plugin in plugins.iter().filter(|p| only.is_empty() || only.iter().any(|o| o == p.id())) {
+        let name = plugin.id();
+        let is_external = external.contains(&name);
+        let version = captures
+            .first()
+            .and_then(|c| plugin.call("version", &c.host, &Machine::new(Default::default()), &Value::Null).ok())
+            .and_then(|v| v.get("version").and_then(Value::as_str).map(str::to_owned));
+        let mut per_capture = Vec::new();
+        for (capture, machine) in captures.iter().zip(&machines) {
+            let devices: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.plugin == name).collect();
+            if devices.is_empty() {
+                continue;
+            }
+            let mut checks = Vec::new();
+            checks.extend(discover_checks(plugin.as_ref(), plugins, capture, machine, &devices));
+            checks.extend(topology_checks(capture, machine, &devices));
+            checks.extend(isolate_checks(plugin.as_ref(), capture, machine, &devices));
+            checks.extend(metrics_checks(plugin.as_ref(), capture, machine, &devices));
+            per_capture.push(CaptureResult {
+                capture: capture.name.clone(),
+                real: capture.real,
+                source: capture.source.clone(),
+                live: capture.live,
+                devices: devices.len(),
+                checks,
+            });
+        }
+        let tiers = CAPABILITIES.iter().map(|c| ((*c).to_owned(), grade(c, &per_capture))).collect();
+        results.push(PluginResult {
+            name: name.to_owned(),
+            kind: if is_external { "external" } else { "built-in" }.into(),
+            version,
+            captures: per_capture,
+            tiers,
+        });
+    }
+    Report { report_version: 1, protocol: crate::exec::PROTOCOL, plugins: results, fingerprint: None }
+}
+
+/// The tier a capability earns from the captures' checks.
+pub fn grade(capability: &str, captures: &[CaptureResult]) -> Grade {
+    let mut passing: Vec<&CaptureResult> = Vec::new();
+    for c in captures {
+        let mine: Vec<&Check> = c.checks.iter().filter(|k| k.capability == capability).collect();
+        if let Some(failed) = mine.iter().find(|k| k.status == Status::Fail) {
+            return Grade {
+                tier: "none".into(),
+                evidence: format!("{} fails on {}: {}", failed.name, c.capture, failed.detail),
+            };
+        }
+        if mine.iter().any(|k| k.status == Status::Pass) {
+            passing.push(c);
+        }
+    }
+    let names = |cs: &[&CaptureResult]| cs.iter().map(|c| c.capture.as_str()).collect::<Vec<_>>().join(", ");
+    let live: Vec<&CaptureResult> = passing.iter().copied().filter(|c| c.live).collect();
+    let real: Vec<&CaptureResult> = passing.iter().copied().filter(|c| c.real && !c.live).collect();
+    if passing.is_empty() {
+        let why = if captures.is_empty() { "no capture holds its devices" } else { "not provided" };
+        return Grade { tier: "none".into(), evidence: why.into() };
+    }
+    if !live.is_empty() && !real.is_empty() {
+        return Grade { tier: "T1".into(), evidence: format!("live run passes; real captures: {}", names(&real)) };
+    }
+    if !real.is_empty() {
+        return Grade { tier: "T2".into(), evidence: format!("real captures: {}", names(&real)) };
+    }
+    Grade { tier: "T3".into(), evidence: format!("captures: {}", names(&passing)) }
+}
+
+fn discover_checks(
+    plugin: &dyn Vendor,
+    plugins: &[Box<dyn Vendor>],
+    capture: &Capture,
+    machine: &Machine,
+    devices: &[&Accelerator],
+) -> Vec<Check> {
+    const C: &str = "discover";
+    let mut out = Vec::new();
+    let platform = linux::read_platform(&capture.host);
+    let input = serde_json::json!({"protocol": crate::exec::PROTOCOL, "machine": platform});
+    match plugin.call("discover", &capture.host, &platform, &input) {
+        Ok(answer) => {
+            let errors = crate::schema::validate("discover.response", &answer);
+            out.push(if errors.is_empty() {
+                pass(C, "schema")
+            } else {
+                check(C, "schema", Status::Fail, errors.join("; "))
+            });
+        }
+        Err(e) => out.push(check(C, "schema", Status::Fail, e.to_string())),
+    }
+    let again = discover(&capture.host, plugins);
+    let same = serde_json::to_string(&again.accelerators).ok() == serde_json::to_string(&machine.accelerators).ok()
+        && serde_json::to_string(&again.links).ok() == serde_json::to_string(&machine.links).ok();
+    out.push(if same { pass(C, "deterministic") } else { check(C, "deterministic", Status::Fail, "two runs differ") });
+
+    let mut by_vendor: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for d in devices {
+        by_vendor.entry(d.vendor.as_str()).or_default().push(d.index);
+    }
+    let partitioned = devices.iter().any(|d| d.partition.is_some());
+    let mut bad = Vec::new();
+    for (vendor, mut indices) in by_vendor {
+        indices.sort_unstable();
+        let unique = indices.windows(2).all(|w| w[0] != w[1]);
+        let dense = indices.iter().enumerate().all(|(i, &x)| x == i as u32);
+        if !unique || (!partitioned && !dense) {
+            bad.push(format!("{vendor}: {indices:?}"));
+        }
+    }
+    out.push(if bad.is_empty() {
+        pass(C, "dense_indices")
+    } else {
+        check(C, "dense_indices", Status::Fail, bad.join("; "))
+    });
+
+    let no_tree = machine.pci.is_empty();
+    let outside: Vec<&str> = devices
+        .iter()
+        .filter(|d| d.pci.is_some_and(|a| machine.pci_device(a).is_none()))
+        .map(|d| d.id.as_str())
+        .collect();
+    out.push(if no_tree {
+        check(C, "in_pci_tree", Status::Skip, "the capture holds no PCI tree")
+    } else if outside.is_empty() {
+        pass(C, "in_pci_tree")
+    } else {
+        check(C, "in_pci_tree", Status::Fail, format!("not in the PCI tree: {}", outside.join(", ")))
+    });
+
+    let unknown: Vec<&str> = devices
+        .iter()
+        .filter(|d| d.sku.is_none() && d.product.starts_with("unknown"))
+        .filter(|d| {
+            let pci = d.pci.map(|a| a.to_string()).unwrap_or_default();
+            !machine.warnings.iter().any(|w| {
+                w.message.contains(&d.id)
+                    || (!pci.is_empty() && w.message.contains(&pci))
+                    || w.message.contains("unknown")
+            })
+        })
+        .map(|d| d.id.as_str())
+        .collect();
+    out.push(if unknown.is_empty() {
+        pass(C, "identified_or_warned")
+    } else {
+        check(C, "identified_or_warned", Status::Fail, format!("unknown and not warned: {}", unknown.join(", ")))
+    });
+    out.push(robustness(plugin, plugins, capture));
+    out
+}
+
+/// Mutated copies of the capture (files deleted, truncated, duplicated, replaced by garbage,
+/// symlinks broken) must each be discovered within a bound, without a panic, into a machine that
+/// keeps the model's invariants. External plugins are also run on an empty and a garbage root.
+fn robustness(plugin: &dyn Vendor, plugins: &[Box<dyn Vendor>], capture: &Capture) -> Check {
+    const C: &str = "discover";
+    const BOUND: Duration = Duration::from_secs(20);
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    if let Some(tree) = &capture.tree {
+        let files = tree.file_paths();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15 ^ files.len() as u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..MUTATIONS {
+            if files.is_empty() {
+                break;
+            }
+            let mut t = (**tree).clone();
+            for _ in 0..4 {
+                let path = &files[(next() as usize) % files.len()];
+                let content = t.file(path).map(<[u8]>::to_vec).unwrap_or_default();
+                match (i + next() as usize) % 5 {
+                    0 => t.remove(path),
+                    1 => t.add_file(path.clone(), content[..content.len() / 2].to_vec()),
+                    2 => t.add_file(path.clone(), [content.clone(), content].concat()),
+                    3 => t.add_file(path.clone(), (0..64).map(|_| (next() & 0xff) as u8).collect::<Vec<u8>>()),
+                    _ => t.add_link(path.clone(), "/../../nowhere/../sys"),
+                }
+            }
+            let host = Host::in_memory(Arc::new(t), capture.host.skus().clone());
+            let start = Instant::now();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| discover(&host, plugins)));
+            runs += 1;
+            match result {
+                Err(_) => failures.push(format!("mutation {i}: panic")),
+                Ok(m) => {
+                    if start.elapsed() > BOUND {
+                        failures.push(format!("mutation {i}: took {:?}", start.elapsed()));
+                    }
+                    if let Err(e) = invariants(&m) {
+                        failures.push(format!("mutation {i}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    runs += root_checks(plugin, capture.host.skus(), &mut failures);
+    if failures.is_empty() {
+        check(C, "robustness", Status::Pass, format!("{runs} hostile inputs"))
+    } else {
+        check(C, "robustness", Status::Fail, failures.join("; "))
+    }
+}
+
+/// The plugin on an empty root and on a root of garbage files answers in time with a valid
+/// document, or fails cleanly (a warning, never a hang).
+fn root_checks(plugin: &dyn Vendor, registry: &accel_model::SkuRegistry, failures: &mut Vec<String>) -> usize {
+    let base = std::env::temp_dir().join(format!("accel-conformance-{}-{}", plugin.id(), std::process::id()));
+    let garbage = base.join("garbage");
+    let empty = base.join("empty");
+    let _ = std::fs::create_dir_all(empty.join("sys"));
+    let dev = garbage.join("sys/bus/pci/devices/0000:00:01.0");
+    let _ = std::fs::create_dir_all(&dev);
+    for f in ["vendor", "device", "class", "numa_node", "uevent"] {
+        let _ = std::fs::write(dev.join(f), b"\xff\xfe garbage \x00");
+    }
+    let mut runs = 0;
+    for root in [&empty, &garbage] {
+        let host = Host::new(root, registry.clone());
+        let platform = linux::read_platform(&host);
+        let input = serde_json::json!({"protocol": crate::exec::PROTOCOL, "machine": platform});
+        runs += 1;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            plugin.call("discover", &host, &platform, &input)
+        }));
+        match result {
+            Err(_) => failures.push(format!("{}: panic", root.display())),
+            Ok(Ok(v)) => {
+                let errors = crate::schema::validate("discover.response", &v);
+                if !errors.is_empty() {
+                    failures.push(format!("{}: {}", root.display(), errors.join("; ")));
+                }
+            }
+            Ok(Err(PluginError::Timeout { .. })) | Ok(Err(PluginError::TooLarge { .. })) => {
+                failures.push(format!("{}: no bounded answer", root.display()));
+            }
+            Ok(Err(_)) => {}
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    runs
+}
+
+/// The model's invariants (as issue 8's property tests state them).
+pub fn invariants(m: &Machine) -> Result<(), String> {
+    let json = serde_json::to_string(m).map_err(|e| format!("not serialisable: {e}"))?;
+    let back: Machine = serde_json::from_str(&json).map_err(|e| format!("does not round-trip: {e}"))?;
+    if &back != m {
+        return Err("JSON round trip changes the machine".into());
+    }
+    let mut ids: Vec<&str> = m.accelerators.iter().map(|a| a.id.as_str()).collect();
+    ids.sort_unstable();
+    if ids.windows(2).any(|w| w[0] == w[1]) {
+        return Err("duplicate accelerator ids".into());
+    }
+    for l in &m.links {
+        if m.accelerator(&l.a).is_none() || m.accelerator(&l.b).is_none() {
+            return Err(format!("link {}-{} names a missing device", l.a, l.b));
+        }
+    }
+    // A capture without a PCI tree (a KFD-only capture) cannot place devices in it.
+    for a in m.accelerators.iter().filter(|_| !m.pci.is_empty()) {
+        if a.pci.is_some_and(|p| m.pci_device(p).is_none()) {
+            return Err(format!("{} is not in the PCI tree", a.id));
+        }
+    }
+    let matrix = PathClassifier::new(m).matrix();
+    for (i, row) in matrix.iter().enumerate() {
+        for (j, c) in row.iter().enumerate() {
+            if matrix[j][i] != *c {
+                return Err(format!("path matrix not symmetric at {i},{j}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn topology_checks(capture: &Capture, machine: &Machine, devices: &[&Accelerator]) -> Vec<Check> {
+    const C: &str = "topology";
+    let mut out = Vec::new();
+    let mine: Vec<&accel_model::Link> =
+        machine.links.iter().filter(|l| devices.iter().any(|d| d.id == l.a || d.id == l.b)).collect();
+    let mut problems = Vec::new();
+    let mut pairs = std::collections::BTreeSet::new();
+    for l in &mine {
+        if l.a == l.b {
+            problems.push(format!("{} linked to itself", l.a));
+        }
+        if machine.accelerator(&l.a).is_none() || machine.accelerator(&l.b).is_none() {
+            problems.push(format!("link {}-{} names a missing device", l.a, l.b));
+        }
+        if !pairs.insert((l.a.clone(), l.b.clone(), l.kind)) {
+            problems.push(format!("link {}-{} listed twice", l.a, l.b));
+        }
+    }
+    if let Err(e) = invariants(machine) {
+        problems.push(e);
+    }
+    out.push(if problems.is_empty() {
+        check(C, "links_and_symmetry", Status::Pass, format!("{} links", mine.len()))
+    } else {
+        check(C, "links_and_symmetry", Status::Fail, problems.join("; "))
+    });
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for l in &mine {
+        let Some(a) = machine.accelerator(&l.a) else { continue };
+        let Some(scale_up) = a.sku.as_deref().and_then(|s| capture.host.skus().get(s)).and_then(|s| s.scale_up) else {
+            continue;
+        };
+        let want = scale_up.gbps_per_link() * f64::from(l.count);
+        checked += 1;
+        if l.gbps.is_none_or(|g| (g - want).abs() > 1e-6 * want.max(1.0)) {
+            wrong.push(format!("{}-{}: {:?} GB/s, SKU says {want}", l.a, l.b, l.gbps));
+        }
+    }
+    out.push(match (checked, wrong.is_empty()) {
+        (0, _) => check(C, "bandwidth_from_sku", Status::Skip, "no link of a SKU with scale-up data"),
+        (n, true) => check(C, "bandwidth_from_sku", Status::Pass, format!("{n} links")),
+        (_, false) => check(C, "bandwidth_from_sku", Status::Fail, wrong.join("; ")),
+    });
+    out
+}
+
+fn isolate_checks(plugin: &dyn Vendor, capture: &Capture, machine: &Machine, devices: &[&Accelerator]) -> Vec<Check> {
+    const C: &str = "isolate";
+    let mut out = Vec::new();
+    let with_var: Vec<&&Accelerator> = devices.iter().filter(|d| d.vocabulary.visibility_env.is_some()).collect();
+    if with_var.is_empty() {
+        out.push(check(C, "visibility", Status::Skip, "no visibility variable"));
+    } else {
+        let mut problems = Vec::new();
+        let platform = Machine::new(Default::default());
+        let ask = |ds: &[&Accelerator]| -> Result<BTreeMap<String, String>, String> {
+            let input = serde_json::json!({"protocol": crate::exec::PROTOCOL, "devices": ds});
+            let answer = plugin.call("isolate", &capture.host, &platform, &input).map_err(|e| e.to_string())?;
+            let errors = crate::schema::validate("isolate.response", &answer);
+            if !errors.is_empty() {
+                return Err(errors.join("; "));
+            }
+            serde_json::from_value(answer["env"].clone()).map_err(|e| e.to_string())
+        };
+        for d in &with_var {
+            let var = d.vocabulary.visibility_env.clone().unwrap_or_default();
+            let want = crate::plugin::isolation_values(d).join(",");
+            match ask(&[**d]) {
+                Ok(env) if env.get(&var) == Some(&want) => {}
+                Ok(env) => {
+                    problems.push(format!("{}: {var}={:?}, its isolation values say {want}", d.id, env.get(&var)))
+                }
+                Err(e) => problems.push(format!("{}: {e}", d.id)),
+            }
+        }
+        out.push(if problems.is_empty() {
+            check(C, "visibility", Status::Pass, format!("{} devices", with_var.len()))
+        } else {
+            check(C, "visibility", Status::Fail, problems.join("; "))
+        });
+    }
+    let ray = export::ray_labels(machine);
+    let missing: Vec<String> = devices
+        .iter()
+        .map(|d| format!("accel_dev_{}_{}", export::label_value(&d.vendor).replace(['.', '-'], "_"), d.index))
+        .filter(|r| !ray.resources.contains_key(r))
+        .collect();
+    let bad_values: Vec<String> = export::k8s_labels(machine)
+        .into_iter()
+        .chain(ray.labels)
+        .filter(|(_, v)| export::label_value(v) != *v)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    out.push(if missing.is_empty() && bad_values.is_empty() {
+        pass(C, "labels")
+    } else {
+        check(C, "labels", Status::Fail, format!("missing resources {missing:?}; invalid values {bad_values:?}"))
+    });
+    out
+}
+
+fn metrics_checks(plugin: &dyn Vendor, capture: &Capture, machine: &Machine, devices: &[&Accelerator]) -> Vec<Check> {
+    const C: &str = "metrics";
+    let mut out = Vec::new();
+    let pcis: Vec<String> = devices.iter().filter_map(|d| d.pci.map(|p| p.to_string())).collect();
+    for verb in ["metrics", "health"] {
+        let input = serde_json::json!({"protocol": crate::exec::PROTOCOL});
+        match plugin.call(verb, &capture.host, machine, &input) {
+            Err(PluginError::Unsupported { .. }) => out.push(check(C, verb, Status::Skip, "not provided")),
+            Err(e) => out.push(check(C, verb, Status::Fail, e.to_string())),
+            Ok(answer) => {
+                let mut errors = crate::schema::validate(&format!("{verb}.response"), &answer);
+                for d in answer["devices"].as_array().into_iter().flatten() {
+                    if let Some(p) = d["pci"].as_str() {
+                        if !pcis.iter().any(|x| x == p) {
+                            errors.push(format!("names {p}, which discovery did not report"));
+                        }
+                    }
+                }
+                out.push(if errors.is_empty() {
+                    pass(C, verb)
+                } else {
+                    check(C, verb, Status::Fail, errors.join("; "))
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `docs/maturity.md`, generated from a report (never written by hand).
+pub fn markdown(report: &Report, command: &str) -> String {
+    let mut s = String::new();
+    s.push_str("# Plugin maturity\n\n");
+    s.push_str("Generated from the conformance suite's JSON output; do not edit. Regenerate with\n\n");
+    s.push_str(&format!("```sh\n{command}\n```\n\n"));
+    s.push_str("Tiers per capability, on evidence (docs/contributing-hardware.md): **T3** passes on captures;\n");
+    s.push_str("**T2** also passes on a real capture whose source is recorded; **T1** also passes `--live` on\n");
+    s.push_str("real hardware with the run's environment fingerprint attached. `none`: no capture holds the\n");
+    s.push_str("plugin's devices, the capability is not provided, or a check fails.\n\n");
+    s.push_str("| plugin | kind | discover | topology | isolate | metrics |\n|---|---|---|---|---|---|\n");
+    for p in &report.plugins {
+        let tier = |c: &str| p.tiers.get(c).map_or("none".to_owned(), |g| g.tier.clone());
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            p.name,
+            p.kind,
+            tier("discover"),
+            tier("topology"),
+            tier("isolate"),
+            tier("metrics")
+        ));
+    }
+    s.push_str("\n## Evidence\n");
+    for p in &report.plugins {
+        s.push_str(&format!("\n### {}\n\n", p.name));
+        for c in CAPABILITIES {
+            if let Some(g) = p.tiers.get(c) {
+                s.push_str(&format!("- {c}: {} ({})\n", g.tier, g.evidence));
+            }
+        }
+        for c in &p.captures {
+            let passed = c.checks.iter().filter(|k| k.status == Status::Pass).count();
+            let skipped = c.checks.iter().filter(|k| k.status == Status::Skip).count();
+            let failed: Vec<&str> =
+                c.checks.iter().filter(|k| k.status == Status::Fail).map(|k| k.name.as_str()).collect();
+            s.push_str(&format!(
+                "- `{}` ({} devices{}): {passed} checks pass, {skipped} skipped{}\n",
+                c.capture,
+                c.devices,
+                if c.real { ", real" } else { "" },
+                if failed.is_empty() { String::new() } else { format!(", failed: {}", failed.join(", ")) }
+            ));
+        }
+    }
+    s
+}
+
+/// Every embedded sample, then the captures given on the command line.
+pub fn captures(paths: &[PathBuf], registry: &accel_model::SkuRegistry) -> Result<Vec<Capture>, String> {
+    let mut out: Vec<Capture> =
+        crate::samples::names().into_iter().filter_map(|n| Capture::sample(n, registry.clone())).collect();
+    for p in paths {
+        out.push(Capture::path(p, registry.clone())?);
+    }
+    Ok(out)
+}

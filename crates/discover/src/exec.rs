@@ -1,0 +1,398 @@
+//! Out-of-process plugins, protocol version 1 (docs/plugin-protocol.md): any executable named
+//! `accel-plugin-<name>` in `ACCEL_PLUGIN_DIR` or on `PATH`. accel runs it with one verb
+//! (`version`, `discover`, `isolate`, `metrics`, `health`) and reads one JSON document from its
+//! stdout, like a CNI plugin. A plugin that hangs, crashes, prints garbage or prints too much
+//! costs a warning naming it, and at most the protocol timeout.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use accel_model::{Accelerator, Domain, Link, Machine, Warning};
+use serde_json::Value;
+
+use crate::{Host, Isolation, Report, Vendor};
+
+/// The protocol version this build speaks.
+pub const PROTOCOL: u64 = 1;
+/// The executable name prefix.
+pub const PREFIX: &str = "accel-plugin-";
+/// How long one call may take unless `ACCEL_PLUGIN_TIMEOUT_MS` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most a plugin may print on stdout for one call.
+pub const MAX_OUTPUT: usize = 4 << 20;
+/// What is kept of a plugin's stderr (for the warning); the rest is read and dropped.
+const MAX_STDERR: usize = 4096;
+
+/// Why a call to a plugin gave no answer. The message names the plugin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    #[error("plugin {name}: cannot run {path}: {message}")]
+    Spawn { name: String, path: String, message: String },
+    #[error("plugin {name}: `{verb}` did not answer within {ms} ms; killed")]
+    Timeout { name: String, verb: String, ms: u128 },
+    #[error("plugin {name}: `{verb}` printed more than {limit} bytes; killed")]
+    TooLarge { name: String, verb: String, limit: usize },
+    #[error("plugin {name}: `{verb}` exited with {status}{stderr}")]
+    Failed { name: String, verb: String, status: String, stderr: String },
+    #[error("plugin {name}: `{verb}` printed no valid JSON: {message}")]
+    Garbage { name: String, verb: String, message: String },
+    #[error("plugin {name}: `{verb}` answered protocol {got}, accel speaks {PROTOCOL}")]
+    Protocol { name: String, verb: String, got: String },
+    #[error("plugin {name}: `{verb}` is not provided")]
+    Unsupported { name: String, verb: String },
+}
+
+/// How external plugins are found and run.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// Directories searched first (`ACCEL_PLUGIN_DIR`, colon-separated), then `PATH`.
+    pub dirs: Vec<PathBuf>,
+    pub timeout: Duration,
+}
+
+impl ExecOptions {
+    /// From a process environment: `ACCEL_PLUGIN_DIR`, `PATH`, `ACCEL_PLUGIN_TIMEOUT_MS`.
+    pub fn from_env(env: &BTreeMap<String, String>) -> ExecOptions {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for var in ["ACCEL_PLUGIN_DIR", "PATH"] {
+            if let Some(v) = env.get(var) {
+                dirs.extend(v.split(':').filter(|d| !d.is_empty()).map(PathBuf::from));
+            }
+        }
+        let timeout = env
+            .get("ACCEL_PLUGIN_TIMEOUT_MS")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        ExecOptions { dirs, timeout }
+    }
+}
+
+/// One external plugin.
+#[derive(Debug, Clone)]
+pub struct ExecPlugin {
+    name: &'static str,
+    path: PathBuf,
+    timeout: Duration,
+}
+
+/// Every `accel-plugin-<name>` executable in `options.dirs`, the first of each name winning,
+/// sorted by name. `reserved` names (the built-in plugins') are skipped with a warning.
+pub fn find(options: &ExecOptions, reserved: &[&str]) -> (Vec<ExecPlugin>, Vec<Warning>) {
+    let mut found: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut warnings = Vec::new();
+    for dir in &options.dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let mut names: Vec<(String, PathBuf)> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+            .filter(|(n, _)| n.starts_with(PREFIX) && n.len() > PREFIX.len())
+            .collect();
+        names.sort();
+        for (file, path) in names {
+            let name = file[PREFIX.len()..].to_owned();
+            if found.contains_key(&name) || !is_executable(&path) {
+                continue;
+            }
+            if !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+                warnings
+                    .push(warn(&name, format!("{} ignored: a plugin name is lowercase a-z, 0-9, -", path.display())));
+                continue;
+            }
+            if reserved.contains(&name.as_str()) {
+                warnings.push(warn(&name, format!("{} ignored: {name} is a built-in plugin", path.display())));
+                continue;
+            }
+            found.insert(name, path);
+        }
+    }
+    let plugins = found
+        .into_iter()
+        .map(|(name, path)| ExecPlugin { name: Box::leak(name.into_boxed_str()), path, timeout: options.timeout })
+        .collect();
+    (plugins, warnings)
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn warn(name: &str, message: String) -> Warning {
+    Warning { source: format!("plugin:{name}"), path: None, message }
+}
+
+impl ExecPlugin {
+    /// A plugin at an explicit path (conformance of one executable, tests).
+    pub fn at(name: &str, path: impl Into<PathBuf>, timeout: Duration) -> ExecPlugin {
+        ExecPlugin { name: Box::leak(name.to_owned().into_boxed_str()), path: path.into(), timeout }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `verb` with `root` as `ACCEL_ROOT` and `input` on stdin, and returns the one JSON
+    /// document it printed, after checking its `protocol`.
+    pub fn run(&self, verb: &str, root: Option<&Path>, input: &Value) -> Result<Value, PluginError> {
+        let name = self.name.to_owned();
+        let mut cmd = Command::new(&self.path);
+        cmd.arg(verb).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.env("ACCEL_PROTOCOL", PROTOCOL.to_string());
+        match root {
+            Some(r) => cmd.env("ACCEL_ROOT", r),
+            None => cmd.env_remove("ACCEL_ROOT"),
+        };
+        // Its own process group, so a timeout kills whatever it started too.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd.spawn().map_err(|e| PluginError::Spawn {
+            name: name.clone(),
+            path: self.path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let deadline = Instant::now() + self.timeout;
+        let input = serde_json::to_vec(input).unwrap_or_default();
+        if let Some(mut stdin) = child.stdin.take() {
+            // A plugin that never reads its input must not block accel: write from a thread.
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
+        let (tx, rx) = mpsc::channel::<Result<Vec<u8>, ()>>();
+        if let Some(stdout) = child.stdout.take() {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let r = stdout.take(MAX_OUTPUT as u64 + 1).read_to_end(&mut buf);
+                let _ = tx.send(if r.is_ok() && buf.len() <= MAX_OUTPUT { Ok(buf) } else { Err(()) });
+            });
+        }
+        let (etx, erx) = mpsc::channel::<Vec<u8>>();
+        if let Some(mut stderr) = child.stderr.take() {
+            std::thread::spawn(move || {
+                let mut kept = Vec::new();
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = stderr.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    let room = MAX_STDERR.saturating_sub(kept.len());
+                    kept.extend_from_slice(&chunk[..n.min(room)]);
+                }
+                let _ = etx.send(kept);
+            });
+        }
+        let kill = |child: &mut std::process::Child| {
+            let _ = rustix::process::kill_process_group(
+                rustix::process::Pid::from_child(child),
+                rustix::process::Signal::KILL,
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+        };
+        let out = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Ok(out)) => out,
+            Ok(Err(())) => {
+                kill(&mut child);
+                return Err(PluginError::TooLarge { name, verb: verb.into(), limit: MAX_OUTPUT });
+            }
+            Err(_) => {
+                kill(&mut child);
+                return Err(PluginError::Timeout { name, verb: verb.into(), ms: self.timeout.as_millis() });
+            }
+        };
+        // stdout is closed; the process should be exiting. Wait for it within the same deadline.
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+                _ => {
+                    kill(&mut child);
+                    return Err(PluginError::Timeout { name, verb: verb.into(), ms: self.timeout.as_millis() });
+                }
+            }
+        };
+        if !status.success() {
+            let stderr = erx.recv_timeout(Duration::from_millis(100)).unwrap_or_default();
+            let text = String::from_utf8_lossy(&stderr);
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+            let first: String = first.chars().take(200).collect();
+            let stderr = if first.is_empty() { String::new() } else { format!(": {first}") };
+            if status.code() == Some(3) {
+                return Err(PluginError::Unsupported { name, verb: verb.into() });
+            }
+            return Err(PluginError::Failed { name, verb: verb.into(), status: status.to_string(), stderr });
+        }
+        let value: Value = serde_json::from_slice(&out).map_err(|e| PluginError::Garbage {
+            name: name.clone(),
+            verb: verb.into(),
+            message: e.to_string(),
+        })?;
+        match value.get("protocol") {
+            Some(Value::Number(n)) if n.as_u64() == Some(PROTOCOL) => Ok(value),
+            other => Err(PluginError::Protocol {
+                name,
+                verb: verb.into(),
+                got: other.map_or("none".into(), |v| v.to_string()),
+            }),
+        }
+    }
+
+    /// The directory a plugin reads as `ACCEL_ROOT`: the host's root, or none for an in-memory
+    /// capture (an external plugin then finds nothing, rather than the live machine).
+    fn root(host: &Host) -> Option<PathBuf> {
+        (!host.is_in_memory()).then(|| std::fs::canonicalize(host.root()).unwrap_or_else(|_| host.root().to_path_buf()))
+    }
+}
+
+/// The `discover` answer, parsed into a report: devices that do not fit the model are
+/// dropped with a warning each, and every device is stamped with the plugin's name.
+pub fn parse_discover(name: &str, value: &Value) -> Report {
+    let mut report = Report::default();
+    let list = |key: &str| value.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
+    for mut dev in list("accelerators") {
+        if let Some(obj) = dev.as_object_mut() {
+            obj.entry("index").or_insert(Value::from(0));
+            obj.insert("plugin".into(), Value::from(name));
+        }
+        match serde_json::from_value::<Accelerator>(dev) {
+            Ok(acc) => report.accelerators.push(acc),
+            Err(e) => report.warnings.push(warn(name, format!("device dropped: {e}"))),
+        }
+    }
+    for link in list("links") {
+        match serde_json::from_value::<Link>(link) {
+            Ok(l) => report.links.push(l),
+            Err(e) => report.warnings.push(warn(name, format!("link dropped: {e}"))),
+        }
+    }
+    for domain in list("domains") {
+        match serde_json::from_value::<Domain>(domain) {
+            Ok(d) => report.domains.push(d),
+            Err(e) => report.warnings.push(warn(name, format!("domain dropped: {e}"))),
+        }
+    }
+    for w in list("warnings") {
+        let message = w.get("message").and_then(Value::as_str).unwrap_or("(no message)");
+        let path = w.get("path").and_then(Value::as_str).map(str::to_owned);
+        report.warnings.push(Warning {
+            source: format!("plugin:{name}"),
+            path,
+            message: message.chars().take(500).collect(),
+        });
+    }
+    if let Some(attrs) = value.get("attributes").and_then(Value::as_object) {
+        for (k, v) in attrs {
+            if let Some(v) = v.as_str() {
+                report.attributes.insert(k.clone(), v.to_owned());
+            }
+        }
+    }
+    report
+}
+
+/// A built-in plugin's protocol answers, in process: the same documents an executable prints.
+pub fn in_process<V: Vendor + ?Sized>(
+    plugin: &V,
+    verb: &str,
+    host: &Host,
+    platform: &Machine,
+    input: &Value,
+) -> Result<Value, PluginError> {
+    match verb {
+        "version" => Ok(serde_json::json!({
+            "protocol": PROTOCOL,
+            "name": plugin.id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "verbs": ["version", "discover", "isolate"],
+        })),
+        "discover" => {
+            let mut report = plugin.discover(host, platform);
+            let vocabulary = plugin.vocabulary();
+            for acc in &mut report.accelerators {
+                acc.vocabulary.fill_from(&vocabulary);
+            }
+            Ok(serde_json::json!({
+                "protocol": PROTOCOL,
+                "accelerators": report.accelerators,
+                "links": report.links,
+                "domains": report.domains,
+                "warnings": report.warnings,
+                "attributes": report.attributes,
+            }))
+        }
+        "isolate" => {
+            let devices: Vec<Accelerator> =
+                input.get("devices").cloned().and_then(|d| serde_json::from_value(d).ok()).ok_or_else(|| {
+                    PluginError::Garbage {
+                        name: plugin.id().into(),
+                        verb: verb.into(),
+                        message: "isolate input has no valid `devices`".into(),
+                    }
+                })?;
+            let refs: Vec<&Accelerator> = devices.iter().collect();
+            Ok(serde_json::json!({"protocol": PROTOCOL, "env": plugin.isolate(&refs).env}))
+        }
+        _ => Err(PluginError::Unsupported { name: plugin.id().into(), verb: verb.into() }),
+    }
+}
+
+impl Vendor for ExecPlugin {
+    fn id(&self) -> &'static str {
+        self.name
+    }
+
+    fn call(&self, verb: &str, host: &Host, _platform: &Machine, input: &Value) -> Result<Value, PluginError> {
+        let root = ExecPlugin::root(host);
+        if root.is_none() && verb != "version" {
+            return Ok(serde_json::json!({"protocol": PROTOCOL, "accelerators": [], "devices": []}));
+        }
+        self.run(verb, root.as_deref(), input)
+    }
+
+    fn discover(&self, host: &Host, platform: &Machine) -> Report {
+        let Some(root) = ExecPlugin::root(host) else { return Report::default() };
+        let input = serde_json::json!({"protocol": PROTOCOL, "machine": platform});
+        let mut report = match self.run("discover", Some(&root), &input) {
+            Ok(value) => parse_discover(self.name, &value),
+            Err(e) => Report { warnings: vec![warn(self.name, e.to_string())], ..Report::default() },
+        };
+        // A plugin may claim only PCI functions no earlier plugin claimed, and ids must be new.
+        let taken: Vec<(&str, Option<accel_model::PciAddr>)> =
+            platform.accelerators.iter().map(|a| (a.id.as_str(), a.pci)).collect();
+        let mut kept = Vec::new();
+        for acc in std::mem::take(&mut report.accelerators) {
+            if taken
+                .iter()
+                .any(|(id, pci)| *id == acc.id || (acc.pci.is_some() && *pci == acc.pci && acc.partition.is_none()))
+            {
+                report.warnings.push(warn(self.name, format!("device {} dropped: already reported", acc.id)));
+            } else {
+                kept.push(acc);
+            }
+        }
+        report.accelerators = kept;
+        report
+    }
+
+    fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
+        // The isolation values the plugin gave at discovery.
+        let mut isolation = Isolation::default();
+        for d in devices {
+            if let Some(var) = &d.vocabulary.visibility_env {
+                let values = crate::plugin::isolation_values(d);
+                isolation
+                    .env
+                    .entry(var.clone())
+                    .and_modify(|v: &mut String| {
+                        v.push(',');
+                        v.push_str(&values.join(","));
+                    })
+                    .or_insert_with(|| values.join(","));
+            }
+        }
+        isolation
+    }
+}

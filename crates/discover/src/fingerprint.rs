@@ -1,0 +1,299 @@
+//! The environment fingerprint (`accel env`): kernel, OS and libc; drivers, firmware and VBIOS;
+//! runtimes; communication libraries; Python packages; the relevant environment variables; and
+//! a hash of the topology. Every field says where its value came from, or that it is unknown,
+//! so a failing run can be reproduced. Read through [`Host`] only: on a capture it describes
+//! the captured machine.
+
+use accel_model::{Machine, PathClassifier};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::Host;
+
+/// One fact and its provenance. `value` is absent when unknown, and `source` then says
+/// `unknown` (with what was looked at).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Field {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub source: String,
+}
+
+impl Field {
+    fn known(value: impl Into<String>, source: impl Into<String>) -> Field {
+        Field { value: Some(value.into()), source: source.into() }
+    }
+
+    fn unknown(looked_at: &str) -> Field {
+        Field { value: None, source: format!("unknown (looked at {looked_at})") }
+    }
+}
+
+/// Format version of the fingerprint document.
+pub const FINGERPRINT_VERSION: u32 = 1;
+
+/// The fingerprint: fields by dotted name (`kernel.release`, `driver.nvidia`,
+/// `python.ray`, `env.CUDA_VISIBLE_DEVICES`, `topology.hash`), in name order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub fingerprint_version: u32,
+    pub fields: BTreeMap<String, Field>,
+}
+
+/// Kernel modules whose version is a driver's (by module name; the driver says what it is).
+const MODULES: &[&str] = &["nvidia", "amdgpu", "neuron", "habanalabs", "xe", "i915", "gasket", "apex", "accel"];
+/// Packages whose dpkg version names a runtime or a communication library.
+const DPKG: &[&str] = &[
+    "libc6",
+    "libnccl2",
+    "rccl",
+    "libucx0",
+    "ucx",
+    "libfabric1",
+    "cuda-runtime-12-8",
+    "cuda-toolkit",
+    "rocm-core",
+    "aws-neuronx-runtime-lib",
+    "aws-neuronx-dkms",
+    "habanalabs-firmware",
+    "hwloc",
+];
+/// Python distributions worth naming.
+const PYTHON: &[&str] = &["ray", "torch", "jax", "jaxlib", "libtpu", "nixl", "numpy", "vllm"];
+
+/// Collects the fingerprint of the machine behind `host` (discovering it for the topology hash).
+pub fn collect(host: &Host) -> Fingerprint {
+    let machine = crate::discover(host, &crate::default_plugins());
+    collect_with(host, &machine)
+}
+
+/// The fingerprint, given the machine already discovered on `host`.
+pub fn collect_with(host: &Host, machine: &Machine) -> Fingerprint {
+    let mut f = BTreeMap::new();
+    let mut warnings = Vec::new();
+    let mut read = |path: &str| host.read_text(&host.path(path), 64 * 1024, "env", &mut warnings);
+    let text = |v: Option<String>, path: &str| match v.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()) {
+        Some(t) => Field::known(t, path),
+        None => Field::unknown(path),
+    };
+    f.insert("kernel.release".into(), text(read("/proc/sys/kernel/osrelease"), "/proc/sys/kernel/osrelease"));
+    f.insert("kernel.version".into(), text(read("/proc/sys/kernel/version"), "/proc/sys/kernel/version"));
+    let os = read("/etc/os-release").and_then(|t| os_release(&t));
+    f.insert("os".into(), text(os, "/etc/os-release PRETTY_NAME"));
+    for module in MODULES {
+        let path = format!("/sys/module/{module}/version");
+        if let Some(v) = read(&path) {
+            f.insert(format!("driver.{module}"), text(Some(v), &path));
+        }
+    }
+    if let Some(v) = read("/proc/driver/nvidia/version") {
+        let line = v.lines().next().unwrap_or("").to_owned();
+        f.insert("driver.nvidia.proc".into(), text(Some(line), "/proc/driver/nvidia/version"));
+    }
+    if let Some(v) = host.nvml().and_then(|n| n.snapshot().ok()).and_then(|s| s.driver_version) {
+        f.insert("driver.nvidia.nvml".into(), Field::known(v, "nvml"));
+    }
+    for (path, key) in [
+        ("/usr/local/cuda/version.json", "runtime.cuda"),
+        ("/opt/rocm/.info/version", "runtime.rocm"),
+        ("/opt/aws/neuron/share/neuron-runtime-version", "runtime.neuron"),
+    ] {
+        if let Some(v) = read(path) {
+            let v = if path.ends_with(".json") { json_cuda_version(&v).unwrap_or(v) } else { v };
+            f.insert(key.into(), text(Some(v), path));
+        }
+    }
+    let status =
+        host.read_text(&host.path("/var/lib/dpkg/status"), 64 << 20, "env", &mut Vec::new()).unwrap_or_default();
+    let packages = dpkg_versions(&status);
+    for name in DPKG {
+        let field = match packages.get(*name) {
+            Some(v) => Field::known(v.clone(), format!("dpkg:{name}")),
+            None if *name == "libc6" => Field::unknown("dpkg:libc6"),
+            None => continue,
+        };
+        let key = if *name == "libc6" { "libc".to_owned() } else { format!("package.{name}") };
+        f.insert(key, field);
+    }
+    python(host, &mut f);
+    firmware(host, machine, &mut f);
+    for (key, value) in host.env_vars() {
+        if relevant(key) || machine.accelerators.iter().any(|a| a.vocabulary.visibility_env.as_deref() == Some(key)) {
+            f.insert(format!("env.{key}"), Field::known(value.clone(), "environment"));
+        }
+    }
+    f.insert(
+        "topology.hash".into(),
+        Field::known(topology_hash(machine), "accel discovery (FNV-1a 64 of devices, links, path matrix)"),
+    );
+    f.insert("accel.version".into(), Field::known(env!("CARGO_PKG_VERSION"), "accel build"));
+    Fingerprint { fingerprint_version: FINGERPRINT_VERSION, fields: f }
+}
+
+/// Variables that change what a run sees, by pattern (no vendor list).
+fn relevant(key: &str) -> bool {
+    key.contains("_VISIBLE_")
+        || key.starts_with("NCCL_")
+        || key.starts_with("RCCL_")
+        || key.starts_with("UCX_")
+        || key.starts_with("FI_")
+        || key == "CUDA_MODULE_LOADING"
+        || key == "CUDA_DEVICE_ORDER"
+        || key.starts_with("ACCEL_")
+}
+
+fn os_release(text: &str) -> Option<String> {
+    text.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim_matches('"').to_owned())
+}
+
+fn json_cuda_version(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("cuda").and_then(|c| c.get("version")).and_then(|v| v.as_str()).map(str::to_owned)
+}
+
+/// `Package:` / `Version:` pairs of dpkg's status file.
+fn dpkg_versions(status: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for stanza in status.split("\n\n") {
+        let mut name = None;
+        let mut version = None;
+        let mut installed = false;
+        for line in stanza.lines() {
+            if let Some(v) = line.strip_prefix("Package: ") {
+                name = Some(v.trim().to_owned());
+            } else if let Some(v) = line.strip_prefix("Version: ") {
+                version = Some(v.trim().to_owned());
+            } else if let Some(v) = line.strip_prefix("Status: ") {
+                installed = v.ends_with(" installed");
+            }
+        }
+        if let (Some(n), Some(v), true) = (name, version, installed) {
+            out.insert(n, v);
+        }
+    }
+    out
+}
+
+/// Python and its packages, from the `*.dist-info` directories of the virtual environment
+/// (`VIRTUAL_ENV`) and the system's site directories.
+fn python(host: &Host, f: &mut BTreeMap<String, Field>) {
+    let mut warnings = Vec::new();
+    let mut lib_dirs: Vec<String> = Vec::new();
+    if let Some(venv) = host.env("VIRTUAL_ENV") {
+        lib_dirs.push(format!("{venv}/lib"));
+    }
+    lib_dirs.extend(["/usr/local/lib".to_owned(), "/usr/lib".to_owned()]);
+    let mut python_version: Option<(String, String)> = None;
+    for lib in &lib_dirs {
+        let mut names = host.list_dir(&host.path(lib), "env", &mut warnings);
+        names.sort();
+        for py in names.iter().rev().filter(|n| n.starts_with("python3")) {
+            if python_version.is_none() && py.len() > "python3".len() {
+                python_version = Some((py.trim_start_matches("python").to_owned(), format!("{lib}/{py}")));
+            }
+            for site in ["site-packages", "dist-packages"] {
+                let dir = format!("{lib}/{py}/{site}");
+                for entry in host.list_dir(&host.path(&dir), "env", &mut warnings) {
+                    let Some(stem) = entry.strip_suffix(".dist-info") else { continue };
+                    let Some((name, version)) = stem.rsplit_once('-') else { continue };
+                    let name = name.to_lowercase().replace('_', "-");
+                    if PYTHON.contains(&name.as_str()) {
+                        f.entry(format!("python.{name}"))
+                            .or_insert_with(|| Field::known(version, format!("{dir}/{entry}")));
+                    }
+                }
+            }
+        }
+        if host.env("VIRTUAL_ENV").is_some_and(|v| lib.starts_with(v)) && python_version.is_some() {
+            // The environment's own interpreter wins over the system's.
+            break;
+        }
+    }
+    f.insert(
+        "python.version".into(),
+        match python_version {
+            Some((v, src)) => Field::known(v, src),
+            None => Field::unknown("lib/python3.*"),
+        },
+    );
+    for name in PYTHON {
+        f.entry(format!("python.{name}")).or_insert_with(|| Field::unknown("site-packages/*.dist-info"));
+    }
+}
+
+/// Per-device firmware and VBIOS, where the driver publishes them.
+fn firmware(host: &Host, machine: &Machine, f: &mut BTreeMap<String, Field>) {
+    let mut warnings = Vec::new();
+    for acc in &machine.accelerators {
+        let Some(pci) = acc.pci else { continue };
+        for file in ["vbios_version", "fw_version", "firmware_version"] {
+            let path = format!("/sys/bus/pci/devices/{pci}/{file}");
+            if let Some(v) = host.read_text(&host.path(&path), 4096, "env", &mut warnings) {
+                f.insert(format!("firmware.{pci}.{file}"), Field::known(v.trim(), path));
+            }
+        }
+        let info = format!("/proc/driver/nvidia/gpus/{pci}/information");
+        if let Some(text) = host.read_text(&host.path(&info), 16 * 1024, "env", &mut warnings) {
+            if let Some(v) = text.lines().find_map(|l| l.strip_prefix("Video BIOS:")) {
+                f.insert(format!("firmware.{pci}.vbios"), Field::known(v.trim(), info.clone()));
+            }
+        }
+    }
+}
+
+/// FNV-1a 64 over the devices (id, SKU, PCI), links and path matrix: equal hashes mean the same
+/// topology as accel sees it.
+pub fn topology_hash(machine: &Machine) -> String {
+    let mut text = String::new();
+    for a in &machine.accelerators {
+        text.push_str(&format!("{}|{}|{:?}\n", a.id, a.sku.as_deref().unwrap_or("-"), a.pci));
+    }
+    for l in &machine.links {
+        text.push_str(&format!("{}|{}|{}|{}\n", l.a, l.b, l.kind, l.count));
+    }
+    for row in PathClassifier::new(machine).matrix() {
+        let row: Vec<String> = row.iter().map(|c| c.to_string()).collect();
+        text.push_str(&row.join(","));
+        text.push('\n');
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// What differs between two fingerprints: `(field, a, b)`, `None` where a side lacks the value.
+pub fn diff(a: &Fingerprint, b: &Fingerprint) -> Vec<(String, Option<String>, Option<String>)> {
+    let keys: std::collections::BTreeSet<&String> = a.fields.keys().chain(b.fields.keys()).collect();
+    keys.into_iter()
+        .filter_map(|k| {
+            let va = a.fields.get(k).and_then(|f| f.value.clone());
+            let vb = b.fields.get(k).and_then(|f| f.value.clone());
+            (va != vb).then(|| (k.clone(), va, vb))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers() {
+        assert_eq!(
+            os_release("NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\n").as_deref(),
+            Some("Debian GNU/Linux 13 (trixie)")
+        );
+        let status = "Package: libc6\nStatus: install ok installed\nVersion: 2.41-12\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n";
+        let v = dpkg_versions(status);
+        assert_eq!(v.get("libc6").map(String::as_str), Some("2.41-12"));
+        assert!(!v.contains_key("gone"));
+        assert_eq!(
+            json_cuda_version(r#"{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}}"#).as_deref(),
+            Some("12.8.1")
+        );
+        assert!(relevant("CUDA_VISIBLE_DEVICES") && relevant("NCCL_DEBUG") && !relevant("HOME"));
+    }
+}

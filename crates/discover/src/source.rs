@@ -1,0 +1,118 @@
+//! Where a machine comes from: the live host, a captured directory or bundle, or an embedded
+//! sample. [`Host::open`] is the one way the CLI and the Python package turn a source into a
+//! [`Host`], so both get the same NVML, metadata and plugin set-up.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use accel_model::SkuRegistry;
+
+use crate::fs::MemTree;
+use crate::{Host, NetConfig};
+
+/// A machine to discover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// This machine (`/`): the only source that gets the process environment, NVML and the
+    /// network.
+    Live,
+    /// A captured directory holding `sys/` (and `proc/`), or a `capture.bundle` file.
+    Root(PathBuf),
+    /// A captured machine embedded in the binary (`samples::names()`).
+    Sample(String),
+}
+
+impl Source {
+    /// `/` is the live machine; anything else is a capture.
+    pub fn from_root(root: &Path) -> Source {
+        if root == Path::new("/") {
+            Source::Live
+        } else {
+            Source::Root(root.to_owned())
+        }
+    }
+}
+
+/// What [`Host::open`] needs besides the source.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    pub registry: SkuRegistry,
+    /// Kubernetes node labels (downward-API file) naming zone, rack, block.
+    pub labels_file: Option<PathBuf>,
+    /// Metadata look-ups (GCE, IMDS) on the live machine.
+    pub network: bool,
+    /// The process environment, handed in (discovery never reads `std::env`). Used for the live
+    /// machine only: a capture carries its own. `ACCEL_GCE_METADATA_URL` and `ACCEL_IMDS_URL`
+    /// override the metadata endpoints.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions { registry: SkuRegistry::builtin(), labels_file: None, network: true, env: BTreeMap::new() }
+    }
+}
+
+/// A source that cannot be opened: the user's input is wrong, not the machine's data.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("no sample named {0:?}; `accel samples` lists them")]
+    NoSample(String),
+    #[error("cannot read root {path}: {source}")]
+    Unreadable { path: String, source: std::io::Error },
+    #[error("{0} is not a capture bundle: {1}")]
+    NotBundle(String, String),
+    #[error("{0} has no sys/ directory: not a Linux root or a captured machine")]
+    NoSys(String),
+}
+
+impl Host {
+    /// The host for `source`: an embedded sample, a capture bundle file, a captured directory,
+    /// or the live machine (with the process environment, NVML when the library loads, and the
+    /// metadata servers when `network` is on).
+    pub fn open(source: &Source, options: OpenOptions) -> Result<Host, OpenError> {
+        let OpenOptions { registry, labels_file, network, env } = options;
+        let host = match source {
+            Source::Sample(name) => {
+                crate::samples::host(name, registry).ok_or_else(|| OpenError::NoSample(name.clone()))?
+            }
+            Source::Root(root) if root.is_file() => {
+                let bytes = std::fs::read(root)
+                    .map_err(|source| OpenError::Unreadable { path: root.display().to_string(), source })?;
+                let tree = MemTree::parse_bundle(&bytes)
+                    .map_err(|e| OpenError::NotBundle(root.display().to_string(), e.to_string()))?;
+                Host::in_memory(Arc::new(tree), registry)
+            }
+            Source::Root(root) => {
+                check_root(root)?;
+                Host::new(root, registry)
+            }
+            Source::Live => {
+                let root = Path::new("/");
+                check_root(root)?;
+                let mut net = NetConfig { enabled: network, ..Default::default() };
+                if let Some(url) = env.get("ACCEL_GCE_METADATA_URL").filter(|u| !u.is_empty()) {
+                    net.gce_endpoint.clone_from(url);
+                }
+                if let Some(url) = env.get("ACCEL_IMDS_URL").filter(|u| !u.is_empty()) {
+                    net.imds_endpoint.clone_from(url);
+                }
+                let mut host = Host::new(root, registry).with_env(env).with_net(net);
+                if let Some(nvml) = crate::nvml_live::open() {
+                    host = host.with_nvml(nvml);
+                }
+                host
+            }
+        };
+        Ok(host.with_labels_file(labels_file))
+    }
+}
+
+fn check_root(root: &Path) -> Result<(), OpenError> {
+    std::fs::read_dir(root).map_err(|source| OpenError::Unreadable { path: root.display().to_string(), source })?;
+    if !root.join("sys").is_dir() {
+        return Err(OpenError::NoSys(root.display().to_string()));
+    }
+    Ok(())
+}
