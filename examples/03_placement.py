@@ -22,7 +22,7 @@ try:
 except accel.PlacementError as e:
     print("infeasible:", e)
     print("constraint:", e.constraint, "| nearest:", e.nearest)
-    assert e.constraint == "count" or e.constraint == "connectivity"
+    assert e.constraint == "count"  # no node has 16 devices; the nearest is 8 on one DGX
 
 # On Ray: a real placement group on the planned node, holding exactly the planned devices.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -7,9 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: hwloc (lstopo, the discovery cross-check).
+# Debian packages the tests use: hwloc (lstopo, the discovery cross-check); slurmctld, slurmd
+# and scontrol (the Slurm export's real-daemon test).
 missing=()
 command -v lstopo >/dev/null 2>&1 || missing+=(hwloc)
+command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
+command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
 if ((${#missing[@]})); then
   echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -39,6 +43,9 @@ done
 echo "== cargo test"
 cargo test
 
+echo "== wheel (scripts/wheel.sh; test_wheel.py installs it without Rust)"
+bash scripts/wheel.sh
+
 echo "== pytest"
 cargo build -q -p accel-cli
-.venv/bin/python -m pytest python/tests
+ACCEL_REQUIRE_SLURM=1 ACCEL_REQUIRE_WHEEL=1 .venv/bin/python -m pytest python/tests
