@@ -91,6 +91,9 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
             let machine = discover_machine(&args.source)?;
             let node = args.node_name.clone().unwrap_or_else(|| node_name(&machine));
             let slices = dra::resource_slices(&machine, &node, &args.driver)?;
+            if slices.is_empty() {
+                eprintln!("accel: note: no accelerators found, so no ResourceSlice");
+            }
             out.write_all(dra::to_yaml(&slices)?.as_bytes())?;
         }
         ExportCommand::Nfd(args) => {
