@@ -11,11 +11,10 @@ use accel_model::{Machine, SkuRegistry};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde::Deserialize;
 
-/// The MIG capture (test-only, not embedded): seven 1g.10gb and two 3g.40gb partitions.
-fn mig_machine() -> Machine {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../test_data/hosts/dgx-h100-mig/capture.bundle");
-    let bytes = std::fs::read(path).expect("dgx-h100-mig capture");
-    let tree = MemTree::parse_bundle(&bytes).expect("valid bundle");
+/// A capture too large to embed: `dgx-h100-mig` (seven 1g.10gb and two 3g.40gb partitions) or
+/// `mi300x-cpx` (real: 63 CPX partitions of 8 MI300X).
+fn test_only(name: &str) -> Machine {
+    let tree = MemTree::parse_bundle(&accel_testdata::bundle(name)).expect("valid bundle");
     discover(&Host::in_memory(Arc::new(tree), SkuRegistry::builtin()), &default_plugins())
 }
 
@@ -149,7 +148,7 @@ fn nvl72_tray_carries_its_clique() {
 
 #[test]
 fn mig_partitions_consume_shared_counters() {
-    let machine = mig_machine();
+    let machine = test_only("dgx-h100-mig");
     let slices = check(&machine, "dgx-mig");
     // First the counter slice, then the whole GPUs, then the partitions.
     let sets = slices[0].spec.shared_counters.as_ref().expect("counter slice first");
@@ -162,6 +161,26 @@ fn mig_partitions_consume_shared_counters() {
     assert_eq!(on_seven, 7);
     let modes: BTreeSet<&str> = attr(&slices, "partitionMode").iter().filter_map(|a| a.string.as_deref()).collect();
     assert_eq!(modes, BTreeSet::from(["MIG 1g.10gb", "MIG 3g.40gb"]));
+}
+
+#[test]
+fn amd_cpx_partitions_fill_the_counter_and_device_limits() {
+    let machine = test_only("mi300x-cpx");
+    let slices = check(&machine, "mi300x-cpx");
+    // 8 physical GPUs: 8 counter sets, the most one slice holds; 63 partitions consuming them
+    // fit the 64-device limit of such a slice.
+    assert_eq!(slices.len(), 2);
+    assert_eq!(slices[0].spec.shared_counters.as_ref().unwrap().len(), 8);
+    assert_eq!(slices[1].spec.devices.as_ref().unwrap().len(), 63);
+    let per_gpu: BTreeSet<&str> = slices[0]
+        .spec
+        .shared_counters
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|s| s.counters["partitions"].value.0.as_str())
+        .collect();
+    assert_eq!(per_gpu, BTreeSet::from(["7", "8"]));
 }
 
 #[test]
