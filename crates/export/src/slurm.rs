@@ -369,15 +369,16 @@ fn torus(slice: &str, members: &[&NodeInfo]) -> Result<Torus, String> {
         .collect();
     ordered.sort();
     let dims = Dims { x: hosts[0], y: hosts[1], z: hosts[2] };
+    // Jobs take the whole slice, or a single host of it.
+    let mut placements = vec![Placement { dims }];
+    if want > 1 {
+        placements.push(Placement { dims: Dims { x: 1, y: 1, z: 1 } });
+    }
     Ok(Torus {
         name: label_value(slice),
         dims,
         nodes: ordered.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(","),
-        // The whole slice, and a single host.
-        placements: vec![Placement { dims }, Placement { dims: Dims { x: 1, y: 1, z: 1 } }]
-            .into_iter()
-            .take(if want > 1 { 2 } else { 1 })
-            .collect(),
+        placements,
     })
 }
 
