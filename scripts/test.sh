@@ -7,9 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: hwloc (lstopo, the discovery cross-check).
+# Debian packages the tests use: hwloc (lstopo, the discovery cross-check); slurmctld, slurmd
+# and scontrol (the Slurm export's real-daemon test).
 missing=()
 command -v lstopo >/dev/null 2>&1 || missing+=(hwloc)
+command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
+command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
 if ((${#missing[@]})); then
   echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -29,7 +33,7 @@ echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
 echo "== invariants: the model, discovery, the planner and the transport never pull in an async runtime or Python"
-for crate in accel-model accel-discover accel-plan accel-transport; do
+for crate in accel-model accel-discover accel-plan accel-transport accel-export; do
   if cargo tree -q -p "$crate" -e normal | grep -E '\b(tokio|pyo3|async-std)\b'; then
     echo "error: $crate depends on an async runtime or pyo3" >&2
     exit 1
@@ -42,6 +46,9 @@ cargo test
 echo "== mypy --strict python/accel (types of accel._native: python/accel/_native.pyi)"
 .venv/bin/python -m mypy --strict python/accel
 
+echo "== wheel (scripts/wheel.sh; test_wheel.py installs it without Rust)"
+bash scripts/wheel.sh
+
 echo "== pytest"
 cargo build -q -p accel-cli
-.venv/bin/python -m pytest python/tests
+ACCEL_REQUIRE_SLURM=1 ACCEL_REQUIRE_WHEEL=1 .venv/bin/python -m pytest python/tests

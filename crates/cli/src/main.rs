@@ -3,6 +3,7 @@
 mod conformance;
 mod env;
 mod exit;
+mod export;
 mod plan;
 mod topo;
 
@@ -16,10 +17,21 @@ use accel_model::{Machine, SkuRegistry};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+/// `accel --version`: the crate version, the git commit and the optional features built in.
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let features = accel_discover::FEATURES.join(",");
+    format!(
+        "{} (git {}; features: {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("ACCEL_GIT_COMMIT"),
+        if features.is_empty() { "none" } else { &features }
+    )
+});
+
 /// accel: see a node's accelerators, how they are linked, and where they sit relative to CPUs,
 /// NUMA nodes and NICs, for every vendor.
 #[derive(Debug, Parser)]
-#[command(name = "accel", version, propagate_version = true, max_term_width = 100)]
+#[command(name = "accel", version = VERSION.as_str(), propagate_version = true, max_term_width = 100)]
 #[command(
     after_help = "Examples:\n  accel topo                      matrix of this machine\n  accel discover --json           full machine description as JSON\n  accel topo --root ./capture     a captured machine (a copy of /sys and /proc)\n  accel skus                      the SKU registry\n\nEnvironment:\n  ACCEL_SKU_DIR   directory of extra SKU files (*.toml) merged over the built-in registry"
 )]
@@ -51,6 +63,11 @@ enum Command {
     /// The environment fingerprint (drivers, firmware, runtimes, libraries, variables), or
     /// `env diff A.json B.json`.
     Env(env::EnvArgs),
+    /// Export this node (or a cluster) to Kubernetes DRA, Node Feature Discovery or Slurm.
+    Export {
+        #[command(subcommand)]
+        command: export::ExportCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -180,6 +197,7 @@ fn run(cli: Cli) -> Result<()> {
                 std::process::exit(1);
             }
         }
+        Command::Export { command } => export::run(command, &mut out).map_err(export::classify)?,
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
             let machine = discover_machine(&args.source)?;

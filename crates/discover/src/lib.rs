@@ -47,6 +47,12 @@ use std::collections::BTreeMap;
 
 use accel_model::Machine;
 
+/// The optional cargo features this build of discovery has (`accel --version` prints them).
+pub const FEATURES: &[&str] = &[
+    #[cfg(feature = "nvml")]
+    "nvml",
+];
+
 /// Discovers one machine: the host layer first, then each plugin in order.
 /// A plugin sees what the host layer and earlier plugins found, and never re-reports a PCI
 /// function an earlier plugin claimed.

@@ -302,7 +302,7 @@ impl Topos {
 
 /// The domain values of a machine: each domain kind that covers the whole node (or, for
 /// device-level domains such as an NVLink clique, the first one listed), by kind name.
-pub(crate) fn machine_domains(machine: &Machine) -> BTreeMap<String, String> {
+pub fn machine_domains(machine: &Machine) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for d in &machine.domains {
         let kind = serde_json::to_value(d.kind).ok().and_then(|v| v.as_str().map(str::to_owned));

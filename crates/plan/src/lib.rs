@@ -19,7 +19,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-pub use cluster::{Cluster, ClusterNode, MachineRef, MAX_DEVICES_PER_NODE};
+pub use cluster::{machine_domains, Cluster, ClusterNode, MachineRef, MAX_DEVICES_PER_NODE};
 pub use planner::{BundlePlacement, PlacedDevice, Placement, Planner, W_PACK};
 pub use request::{Bundle, Connectivity, NicDistance, Request, Strategy};
 pub use rng::XorShift;

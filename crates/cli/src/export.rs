@@ -1,0 +1,151 @@
+//! `accel export dra|nfd|slurm`: this node (or a cluster) in other schedulers' own formats.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use accel_export::{dra, nfd, slurm, ExportError};
+use accel_model::Machine;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+use crate::{discover_machine, SourceArgs};
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// Kubernetes DRA: `resource.k8s.io/v1` ResourceSlice YAML for this node's accelerators.
+    ///
+    /// One pool named after the node; standard attributes (`resource.kubernetes.io/pcieRoot`,
+    /// `pciBusID`, `numaNode`) plus model, SKU, architecture, memory, scale-up island and clique;
+    /// partitions (MIG, CPX) consume shared counters. Apply with `kubectl apply -f -`.
+    #[command(
+        after_help = "Examples:\n  accel export dra --sample gb200-nvl72-tray\n  accel export dra --driver gpu.example.com | kubectl apply -f -"
+    )]
+    Dra(DraArgs),
+    /// Node Feature Discovery: a `features.d` file (`key=value` lines with an expiry).
+    ///
+    /// Label names follow GPU Feature Discovery (`nvidia.com/gpu.*`) and NVIDIA topograph
+    /// (`network.topology.nvidia.com/*`) where they exist, `accel.io/*` otherwise.
+    #[command(
+        after_help = "Examples:\n  accel export nfd\n  accel export nfd --output /etc/kubernetes/node-feature-discovery/features.d/accel"
+    )]
+    Nfd(NfdArgs),
+    /// Slurm: gres.conf, nodes.conf, topology.conf (tree) and topology.yaml (block, torus3d).
+    ///
+    /// Reads a cluster as `accel cluster` writes it (node labels `rack`, `nvlink_clique`,
+    /// `tpu_slice` override the machines' own domains). `Include nodes.conf` from slurm.conf.
+    #[command(
+        after_help = "Examples:\n  accel cluster --sample dgx-h100:4 --rack-size 2 > cluster.json\n  accel export slurm --cluster cluster.json --out-dir /etc/slurm"
+    )]
+    Slurm(SlurmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DraArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// DRA driver name (a DNS subdomain); unqualified attribute names take its domain.
+    #[arg(long, value_name = "NAME", default_value = dra::DEFAULT_DRIVER)]
+    driver: String,
+    /// The Kubernetes node name (default: the machine's hostname).
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct NfdArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Write the file here (through a temporary file and a rename) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Seconds until NFD drops the labels unless the file is rewritten.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    ttl: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmArgs {
+    /// The cluster, as `accel cluster` writes it.
+    #[arg(long, value_name = "FILE")]
+    cluster: PathBuf,
+    /// Directory to write the files into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out_dir: PathBuf,
+    /// Where the device files are (`File=` in gres.conf).
+    #[arg(long, value_name = "DIR", default_value = "/dev")]
+    dev_dir: String,
+}
+
+/// Export's errors under the exit-status rule (`exit`): a node that exceeds a format's limits is
+/// a valid request that cannot be met (1); bad input stays invalid input (2).
+pub fn classify(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast_ref::<ExportError>() {
+        Some(ExportError::Limit(_) | ExportError::Yaml(_)) => crate::exit::Unmet(format!("{e:#}")).into(),
+        _ => e,
+    }
+}
+
+pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
+    match command {
+        ExportCommand::Dra(args) => {
+            let machine = discover_machine(&args.source)?;
+            let node = args.node_name.clone().unwrap_or_else(|| node_name(&machine));
+            let slices = dra::resource_slices(&machine, &node, &args.driver)?;
+            if slices.is_empty() {
+                eprintln!("accel: note: no accelerators found, so no ResourceSlice");
+            }
+            out.write_all(dra::to_yaml(&slices)?.as_bytes())?;
+        }
+        ExportCommand::Nfd(args) => {
+            let machine = discover_machine(&args.source)?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let text = nfd::features_file(&machine, now.saturating_add(args.ttl))?;
+            match &args.output {
+                Some(path) => write_atomic(path, &text)?,
+                None => out.write_all(text.as_bytes())?,
+            }
+        }
+        ExportCommand::Slurm(args) => {
+            let text = std::fs::read_to_string(&args.cluster)
+                .map_err(|e| ExportError::Input(format!("cannot read cluster {}: {e}", args.cluster.display())))?;
+            let cluster = accel_plan::Cluster::from_json(&text)
+                .map_err(|e| ExportError::Input(format!("parsing cluster {}: {e}", args.cluster.display())))?;
+            let files = slurm::export(&cluster, &args.dev_dir)?;
+            std::fs::create_dir_all(&args.out_dir)
+                .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
+            for (name, text) in [
+                ("gres.conf", &files.gres_conf),
+                ("nodes.conf", &files.nodes_conf),
+                ("topology.conf", &files.topology_conf),
+                ("topology.yaml", &files.topology_yaml),
+            ] {
+                write_atomic(&args.out_dir.join(name), text)?;
+                writeln!(out, "wrote {}", args.out_dir.join(name).display())?;
+            }
+            for w in &files.warnings {
+                eprintln!("accel: warning: {w}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The machine's hostname, else `node`.
+fn node_name(machine: &Machine) -> String {
+    machine.host.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| "node".into())
+}
+
+/// Writes `text` to a hidden temporary file beside `path` (NFD skips dot files), then renames
+/// it over `path`, so a reader never sees half a file.
+fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
+    let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
+    let result = std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("cannot write {}", path.display()));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

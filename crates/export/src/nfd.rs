@@ -1,0 +1,112 @@
+//! A Node Feature Discovery `features.d` file (NFD's local source): `key=value` lines under an
+//! expiry directive, at most 64 KiB. The labels are [`accel_discover::export::k8s_labels`]
+//! (GPU Feature Discovery's `nvidia.com/gpu.*` names where they exist) plus NVIDIA topograph's
+//! `network.topology.nvidia.com/{accelerator,leaf,spine,core}`.
+
+use std::collections::BTreeMap;
+
+use accel_discover::export::k8s_labels;
+use accel_model::{DomainKind, Machine};
+
+use crate::ExportError;
+
+/// NFD ignores a features file larger than this.
+pub const MAX_BYTES: usize = 64 * 1024;
+
+/// topograph's label prefix (NVIDIA/topograph docs/reference/node-labels.md).
+const TOPOGRAPH: &str = "network.topology.nvidia.com";
+
+/// A label value as topograph writes it: as is when it is a valid label value, else `x` and
+/// the FNV-1a 64-bit hash of it in hex.
+pub fn topograph_value(text: &str) -> String {
+    let valid = !text.is_empty()
+        && text.len() <= 63
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        return text.to_owned();
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("x{hash:016x}")
+}
+
+/// topograph's labels: the NVLink domain as `accelerator`, and the network layers above the
+/// node (EC2 network nodes, deepest first) as `leaf`, `spine` and `core`.
+pub fn topograph_labels(machine: &Machine) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if let Some(clique) = machine.domains.iter().find(|d| d.kind == DomainKind::NvlinkClique) {
+        out.insert(format!("{TOPOGRAPH}/accelerator"), topograph_value(&clique.name));
+    }
+    // `layer-1:nn-...` (top) ... `layer-3:nn-...` (closest to the instance).
+    let mut layers: Vec<(&str, &str)> = machine
+        .domains
+        .iter()
+        .filter(|d| d.kind == DomainKind::NetworkNode)
+        .filter_map(|d| d.name.split_once(':'))
+        .collect();
+    layers.sort();
+    for (tier, (_, value)) in ["leaf", "spine", "core"].iter().zip(layers.iter().rev()) {
+        out.insert(format!("{TOPOGRAPH}/{tier}"), topograph_value(value));
+    }
+    out
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch.
+pub fn rfc3339(unix: u64) -> String {
+    let (days, secs) = (unix / 86_400, unix % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// The features file, expiring at `expires_unix`. Fails when it would exceed [`MAX_BYTES`].
+pub fn features_file(machine: &Machine, expires_unix: u64) -> Result<String, ExportError> {
+    let mut labels = k8s_labels(machine);
+    labels.extend(topograph_labels(machine));
+    let mut out = format!("# Written by `accel export nfd`.\n# +expiry-time={}\n", rfc3339(expires_unix));
+    for (k, v) in &labels {
+        out += &format!("{k}={v}\n");
+    }
+    if out.len() > MAX_BYTES {
+        return Err(ExportError::Limit(format!(
+            "the features file would be {} bytes; NFD reads at most {MAX_BYTES}",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_798_761_599), "2026-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn topograph_values() {
+        assert_eq!(topograph_value("nn-1234"), "nn-1234");
+        // FNV-1a 64 of the empty string is the offset basis.
+        assert_eq!(topograph_value(""), "xcbf29ce484222325");
+        let long = "a".repeat(64);
+        assert!(topograph_value(&long).starts_with('x'));
+        assert_eq!(topograph_value(&long).len(), 17);
+    }
+}
