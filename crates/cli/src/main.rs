@@ -1,5 +1,6 @@
 //! The `accel` binary: parses arguments, wires discovery, the registry and the renderers together.
 
+mod agent;
 mod plan;
 mod topo;
 
@@ -43,6 +44,8 @@ enum Command {
     Cluster(plan::ClusterArgs),
     /// Place a request on a cluster: exact devices per bundle, or why it cannot be met.
     Plan(plan::PlanArgs),
+    /// Run the node agent: HTTP API, accelerator and link metrics, and the cluster dashboard.
+    Agent(agent::AgentArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -169,6 +172,7 @@ fn run(cli: Cli) -> Result<()> {
             writeln!(out)?;
         }
         Command::Plan(args) => plan::plan(&args, &mut out)?,
+        Command::Agent(args) => agent::run(args)?,
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
             let machine = discover_machine(&args.source)?;
