@@ -8,11 +8,20 @@ const PALETTE = ["#2f6db5", "#b5482f", "#2f8f5b", "#8a3fb5", "#b58a2f", "#2f9fb5
 let previous = new Map(); // link key -> {t, tx, rx} for rates
 let timer = null;
 
+// Styles go through the CSSOM (allowed by the page's Content-Security-Policy), never as an
+// inline style attribute (blocked by it).
+function applyStyle(e, text) {
+  for (const decl of String(text).split(";")) {
+    const i = decl.indexOf(":");
+    if (i > 0) e.style.setProperty(decl.slice(0, i).trim(), decl.slice(i + 1).trim());
+  }
+}
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "class") e.className = v;
-    else if (k === "style") e.setAttribute("style", v);
+    else if (k === "style") applyStyle(e, v);
     else e.setAttribute(k, v);
   }
   for (const c of children) {
@@ -24,7 +33,10 @@ function el(tag, attrs, ...children) {
 
 function svg(tag, attrs, ...children) {
   const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "style") applyStyle(e, v);
+    else e.setAttribute(k, String(v));
+  }
   for (const c of children) e.append(c instanceof Node ? c : String(c));
   return e;
 }

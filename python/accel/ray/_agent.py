@@ -71,13 +71,9 @@ def _actors() -> list[dict[str, Any]]:
     actor table (the state API needs the dashboard; this does not)."""
     import ray
     from ray._private import state
-    from ray._private.utils import binary_to_hex
     from ray.core.generated import gcs_pb2
 
-    accessor = getattr(state.state, "global_state_accessor", None)
-    if accessor is None:
-        state.state._check_connected()
-        accessor = state.state.global_state_accessor
+    accessor = state.state._connect_and_get_accessor()
     out = []
     for raw in accessor.get_actor_table(None, None):
         data = gcs_pb2.ActorTableData.FromString(raw)
@@ -93,13 +89,13 @@ def _actors() -> list[dict[str, Any]]:
             elif "_group_" not in key:
                 plain.setdefault(key, value)
         if not pg_id and data.placement_group_id:
-            pg_id = binary_to_hex(data.placement_group_id)
+            pg_id = data.placement_group_id.hex()
         out.append(
             {
-                "id": binary_to_hex(data.actor_id),
+                "id": data.actor_id.hex(),
                 "class_name": data.class_name,
                 "state": gcs_pb2.ActorTableData.ActorState.Name(data.state),
-                "node_id": binary_to_hex(data.address.node_id) if data.address.node_id else "",
+                "node_id": data.address.node_id.hex(),
                 "placement_group_id": pg_id,
                 "bundle_index": bundle,
                 "resources": plain,
