@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -45,11 +46,12 @@ def fetch_readings(agent_url: str, token: str | None = None, timeout_s: float = 
     return doc
 
 
-def publish_readings(name: str, doc: dict[str, Any]) -> None:
-    """Stores a node's readings in Ray's KV (needs `ray.init`), stamped with the time."""
+def publish_readings(name: str, doc: dict[str, Any], agent_url: str = "") -> None:
+    """Stores a node's readings in Ray's KV (needs `ray.init`), stamped with the time, with the
+    address its agent listens on (for the Prometheus file-SD entry)."""
     from ray.experimental import internal_kv
 
-    payload = {"readings": doc.get("readings", {}), "readers": doc.get("readers", []), "at": time.time()}
+    payload = {"readings": doc.get("readings", {}), "readers": doc.get("readers", []), "at": time.time(), "agent_url": agent_url}
     internal_kv._internal_kv_put(READINGS_PREFIX + name, json.dumps(payload), overwrite=True, namespace=KV_NAMESPACE)
 
 
@@ -74,9 +76,10 @@ def _actors() -> list[dict[str, Any]]:
     from ray.core.generated import gcs_pb2
 
     accessor = state.state._connect_and_get_accessor()
+    table: Any = getattr(gcs_pb2, "ActorTableData")  # generated protobuf code, untyped
     out = []
     for raw in accessor.get_actor_table(None, None):
-        data = gcs_pb2.ActorTableData.FromString(raw)
+        data = table.FromString(raw)
         required = dict(data.required_resources)
         pg_id = ""
         bundle = None
@@ -94,7 +97,7 @@ def _actors() -> list[dict[str, Any]]:
             {
                 "id": data.actor_id.hex(),
                 "class_name": data.class_name,
-                "state": gcs_pb2.ActorTableData.ActorState.Name(data.state),
+                "state": table.ActorState.Name(data.state),
                 "node_id": data.address.node_id.hex(),
                 "placement_group_id": pg_id,
                 "bundle_index": bundle,
@@ -127,6 +130,8 @@ def cluster_document() -> dict[str, Any]:
                 "readings": stored.get("readings", {"devices": [], "links": []}),
                 "readers": stored.get("readers", []),
                 "readings_at": stored.get("at"),
+                "agent_url": stored.get("agent_url", ""),
+                "address": ray_node.get("NodeManagerAddress", ""),
             }
         )
     pgs = []
@@ -148,7 +153,112 @@ def cluster_document() -> dict[str, Any]:
     return {"source": "ray", "updated_at": time.time(), "nodes": nodes, "placement_groups": pgs, "actors": actors}
 
 
-def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
+def prometheus_file_sd(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Prometheus file-based service discovery for every node's agent in a cluster document:
+    one target group for `/metrics` and one for `/metrics/transport` (`__metrics_path__`). An
+    agent listening on a wildcard address is reached at its Ray node's address."""
+    groups: list[dict[str, Any]] = []
+    for node in doc.get("nodes", []):
+        url = node.get("agent_url") or ""
+        if not url.startswith("http://"):
+            continue
+        hostport = url[len("http://") :].rstrip("/")
+        host, _, port = hostport.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "") and node.get("address"):
+            hostport = f"{node['address']}:{port}"
+        labels = {"job": "accel-agent", "accel_node": node["name"]}
+        groups.append({"targets": [hostport], "labels": labels})
+        groups.append({"targets": [hostport], "labels": labels | {"__metrics_path__": "/metrics/transport"}})
+    return groups
+
+
+def grafana_dashboard() -> dict[str, Any]:
+    """The Grafana dashboard of the agent's metrics (device utilisation, memory, power,
+    temperature, link throughput and errors, reader health), on a `datasource` variable so it
+    works with Ray's provisioned Prometheus data source."""
+
+    def panel(i: int, title: str, expr: str, unit: str, legend: str = "{{accel_node}} #{{index}} {{model}}") -> dict[str, Any]:
+        return {
+            "id": i,
+            "type": "timeseries",
+            "title": title,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "gridPos": {"h": 8, "w": 12, "x": 12 * ((i - 1) % 2), "y": 8 * ((i - 1) // 2)},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "targets": [{"refId": "A", "expr": expr, "legendFormat": legend, "datasource": {"type": "prometheus", "uid": "${datasource}"}}],
+        }
+
+    sel = '{accel_node=~"$node"}'
+    panels = [
+        panel(1, "Accelerator utilisation", f"accel_hw_gpu_utilization_ratio{sel}", "percentunit"),
+        panel(2, "Accelerator memory used", f"accel_hw_gpu_memory_usage_bytes{sel}", "bytes"),
+        panel(3, "Power", f"accel_hw_power_watts{sel}", "watt"),
+        panel(4, "Temperature", f"accel_hw_temperature_celsius{sel}", "celsius"),
+        panel(
+            5,
+            "Scale-up link throughput (NVLink, xGMI)",
+            f"sum by (accel_node, index, model, direction) (rate(accel_hw_gpu_link_io_bytes_total{sel}[1m]))",
+            "Bps",
+            "{{accel_node}} #{{index}} {{direction}}",
+        ),
+        panel(6, "Errors (ECC, RAS, links)", f"increase(accel_hw_errors_total{sel}[5m])", "short", "{{accel_node}} #{{index}} {{error_type}}"),
+        panel(7, "Readers up", f"accel_reader_up{sel}", "short", "{{accel_node}} {{reader}} ({{source}})"),
+        panel(
+            8,
+            "Transport bytes",
+            f"sum by (accel_node, path, role) (rate(accel_transport_bytes_total{sel}[1m]))",
+            "Bps",
+            "{{accel_node}} {{path}} {{role}}",
+        ),
+    ]
+    return {
+        "uid": "accel-accelerators",
+        "title": "accel: accelerators and links",
+        "tags": ["accel", "ray"],
+        "schemaVersion": 39,
+        "time": {"from": "now-30m", "to": "now"},
+        "refresh": "10s",
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "current": {}, "hide": 0},
+                {
+                    "name": "node",
+                    "type": "query",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": "label_values(accel_device_info, accel_node)",
+                    "includeAll": True,
+                    "multi": True,
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                },
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def ray_session_dir(temp_dir: str | None = None) -> str:
+    """Ray's latest session directory (`/tmp/ray/session_latest`, or under `--temp-dir`)."""
+    return os.path.join(temp_dir or os.path.join(tempfile.gettempdir(), "ray"), "session_latest")
+
+
+def install_grafana_dashboard(directory: str | None = None, temp_dir: str | None = None) -> str:
+    """Writes the dashboard into Ray's Grafana dashboards directory
+    (`RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR`, default
+    `<session>/metrics/grafana/dashboards`), where Ray's provisioning shows it in the "Ray"
+    folder. Returns the file written."""
+    directory = (
+        directory
+        or os.environ.get("RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR")
+        or os.path.join(ray_session_dir(temp_dir), "metrics", "grafana", "dashboards")
+    )
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "accel_grafana_dashboard.json")
+    write_json_atomic(path, grafana_dashboard())
+    return path
+
+
+def write_json_atomic(path: str, doc: Any) -> None:
     """Writes `doc` to `path` through a temporary file and a rename, so the agent never reads
     half a document."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -169,6 +279,7 @@ def run_sidecar(
     *,
     token: str | None = None,
     cluster_file: str | None = None,
+    file_sd: str | None = None,
     interval_s: float = 5.0,
     once: bool = False,
 ) -> None:
@@ -177,11 +288,14 @@ def run_sidecar(
     reported on stderr and retried; it never stops the loop."""
     while True:
         try:
-            publish_readings(name, fetch_readings(agent_url, token))
+            publish_readings(name, fetch_readings(agent_url, token), agent_url)
         except OSError as e:
             print(f"accel sidecar: cannot read the agent at {agent_url}: {e}", file=sys.stderr)
         if cluster_file:
-            write_json_atomic(cluster_file, cluster_document())
+            doc = cluster_document()
+            write_json_atomic(cluster_file, doc)
+            if file_sd:
+                write_json_atomic(file_sd, prometheus_file_sd(doc))
         if once:
             return
         time.sleep(interval_s)
@@ -193,6 +307,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--agent-url", default="http://127.0.0.1:9477", help="the local agent")
     parser.add_argument("--token-file", help="the agent's bearer token file")
     parser.add_argument("--cluster-file", help="head only: where to write the cluster document")
+    parser.add_argument("--file-sd", help="head only: where to write the Prometheus file-SD entry of every agent")
     parser.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
     parser.add_argument("--once", action="store_true", help="one round, then exit")
@@ -203,14 +318,21 @@ def main(argv: list[str]) -> int:
             token = f.readline().strip()
     import ray
 
-    ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
     try:
         run_sidecar(
-            args.node_name, args.agent_url, token=token, cluster_file=args.cluster_file, interval_s=args.interval, once=args.once
+            args.node_name,
+            args.agent_url,
+            token=token,
+            cluster_file=args.cluster_file,
+            file_sd=args.file_sd,
+            interval_s=args.interval,
+            once=args.once,
         )
     finally:
         ray.shutdown()
     return 0
 
 
-__all__ = ["KV_PREFIX", "cluster_document", "fetch_readings", "publish_readings", "run_sidecar", "write_json_atomic"]
+__all__ = ["KV_PREFIX", "cluster_document", "fetch_readings", "grafana_dashboard", "install_grafana_dashboard"]
+__all__ += ["prometheus_file_sd", "publish_readings", "run_sidecar", "write_json_atomic"]
