@@ -7,9 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: hwloc (lstopo, the discovery cross-check).
+# Debian packages the tests use: hwloc (lstopo, the discovery cross-check), chromium (the
+# agent dashboard's headless browser test).
 missing=()
 command -v lstopo >/dev/null 2>&1 || missing+=(hwloc)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

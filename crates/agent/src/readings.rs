@@ -1,5 +1,5 @@
 //! The vendor-neutral readings every reader produces: the plugin protocol v1 `metrics` document
-//! (docs/plugins.md, SHARED-FORMATS), so a built-in reader and an external plugin are
+//! (the format fixed with the plugin protocol), so a built-in reader and an external plugin are
 //! interchangeable and one renderer turns either into Prometheus series.
 
 use std::collections::BTreeMap;
