@@ -115,6 +115,17 @@ def main(argv: list[str]) -> int:
     cmd = ray_start_command(machine, name, ray_args)
     if args.dry_run:
         print(shlex.join(cmd))
+        if args.agent:
+            for extra in agent_commands(
+                name,
+                head="--head" in ray_args,
+                accel_bin=os.environ.get("ACCEL_BIN") or shutil.which("accel") or "accel",
+                listen=args.agent_listen,
+                sample=args.sample,
+                root=args.root,
+                token_file=args.agent_token_file,
+            ):
+                print(shlex.join(extra))
         return 0
     rc = subprocess.call(cmd)
     if rc != 0:
