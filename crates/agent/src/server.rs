@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use accel_model::Machine;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State as AxState};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -38,7 +38,8 @@ pub struct State {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub sample: Sample,
-    pub metrics: String,
+    /// The exposition, shared by every scrape without a copy.
+    pub metrics: Bytes,
     pub readings_json: String,
     /// Unix seconds.
     pub taken_at: f64,
@@ -74,7 +75,7 @@ impl State {
         .expect("readings serialise");
         let snap = Snapshot {
             sample,
-            metrics,
+            metrics: Bytes::from(metrics),
             readings_json,
             taken_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
             took_s: start.elapsed().as_secs_f64(),
