@@ -61,23 +61,21 @@ pub struct Sample {
 }
 
 impl Readers {
-    /// The NVIDIA source for `host`: a recording in the tree if there is one, else the live
-    /// library when `live` (the real `/`), else none.
+    /// The NVIDIA source for `host`: on the live machine (`live`, the real `/`) the library
+    /// loaded at run time, else a recording in the captured tree, else none.
     pub fn nvml_for(host: &Host, live: bool) -> NvmlSource {
-        let mut w = Vec::new();
-        if let Some(text) = host.read_text(&host.path(RECORDED_NVML_METRICS), 16 << 20, "nvml", &mut w) {
-            if let Ok(m) = serde_json::from_str(&text) {
-                return NvmlSource::Recorded(m);
-            }
-        }
-        #[cfg(feature = "nvml")]
         if live {
+            #[cfg(feature = "nvml")]
             if let Some(l) = nvml::open_live() {
                 return NvmlSource::Live(Box::new(l));
             }
+            return NvmlSource::None;
         }
-        let _ = live;
-        NvmlSource::None
+        let mut w = Vec::new();
+        match host.read_text(&host.path(RECORDED_NVML_METRICS), 16 << 20, "nvml", &mut w) {
+            Some(text) => serde_json::from_str(&text).map_or(NvmlSource::None, NvmlSource::Recorded),
+            None => NvmlSource::None,
+        }
     }
 
     /// Runs every reader once. Blocking (files, NVML calls, plugin processes).
