@@ -8,12 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests use: hwloc (lstopo, the discovery cross-check); slurmctld, slurmd
-# and scontrol (the Slurm export's real-daemon test).
+# and scontrol (the Slurm export's real-daemon test); chromium (the agent dashboard's headless
+# browser test).
 missing=()
 command -v lstopo >/dev/null 2>&1 || missing+=(hwloc)
 command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
 command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
 command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -46,6 +46,7 @@ __all__ = [
     "reserve",
     "stats",
     "prometheus",
+    "write_metrics",
     "sweep",
     "info",
     "TransportError",
@@ -318,6 +319,21 @@ def prometheus() -> str:
     series is labelled ``path`` and ``role`` (``fetch`` or ``serve``)."""
     _start()
     return _native.transport_prometheus()
+
+
+def write_metrics(directory: str) -> str:
+    """Writes prometheus() to ``<directory>/accel-transport-<pid>.prom`` (atomically, through a
+    rename) and returns the path. ``accel agent --transport-dir <directory>`` serves the files
+    of live processes at ``/metrics/transport``, each series labelled with its ``pid``; call this
+    periodically (or at the end of a step) from processes that should be seen."""
+    text = prometheus()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"accel-transport-{os.getpid()}.prom")
+    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
 
 
 def shm_dir() -> str:

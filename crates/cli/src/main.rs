@@ -1,5 +1,6 @@
 //! The `accel` binary: parses arguments, wires discovery, the registry and the renderers together.
 
+mod agent;
 mod conformance;
 mod env;
 mod exit;
@@ -68,6 +69,8 @@ enum Command {
         #[command(subcommand)]
         command: export::ExportCommand,
     },
+    /// Run the node agent: HTTP API, accelerator and link metrics, and the cluster dashboard.
+    Agent(agent::AgentArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -198,6 +201,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Export { command } => export::run(command, &mut out).map_err(export::classify)?,
+        Command::Agent(args) => agent::run(args)?,
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
             let machine = discover_machine(&args.source)?;

@@ -177,3 +177,17 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn agent_refuses_a_network_listener_without_a_token() {
+    let out = accel(&["agent", "--sample", "gb200-nvl72-tray", "--listen", "0.0.0.0:0"], None);
+    assert_eq!(out.status.code(), Some(2), "invalid usage exits 2");
+    let err = one_line_error(&out);
+    assert!(err.contains("refusing to listen on 0.0.0.0:0 without a token") && err.contains("--token-file"), "{err}");
+    let short = tempdir("agent-token").join("token");
+    std::fs::write(&short, "tooshort\n").unwrap();
+    let out = accel(&["agent", "--listen", "0.0.0.0:0", "--token-file", short.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("at least 16 characters"));
+    assert!(stdout(&accel(&["agent", "--help"], None)).contains("--token-file"));
+}

@@ -1,5 +1,6 @@
 """`python -m accel.ray start [--node-name NAME] [--sample NAME] [--dry-run] [ray start args...]`:
-starts a Ray node carrying the resources and labels accel discovered on this machine."""
+starts a Ray node carrying the resources and labels accel discovered on this machine.
+`python -m accel.ray sidecar ...` is the agent's Ray sidecar (see `accel.ray._agent`)."""
 
 from __future__ import annotations
 
@@ -8,4 +9,8 @@ import sys
 from ._start import main
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["sidecar"]:
+        from ._agent import main as sidecar_main
+
+        sys.exit(sidecar_main(sys.argv[2:]))
     sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,112 @@
+//! `accel agent`: the long-running node agent (HTTP API, metrics, dashboard). Argument parsing
+//! and wiring only; the agent itself is the `accel-agent` crate.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_agent::readers::Readers;
+use accel_discover::{default_plugins, discover, Host};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::SourceArgs;
+
+/// `accel agent` arguments.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Endpoints (GET only):\n  /             the dashboard (assets built in; works offline)\n  /v1/node      the node's model (docs/schema.md)\n  /v1/health    readers, sample age; 503 when the sampler is stuck\n  /v1/readings  the latest readings, vendor-neutral (plugin protocol v1 shape)\n  /v1/cluster   the Ray cluster view (--cluster-file), or this node alone\n  /metrics      Prometheus/OpenMetrics (names in docs/metrics.md)\n  /metrics/transport  transport metrics of this node's processes (--transport-dir)\n\nSecurity: on a loopback address no token is needed. Any other address requires\n--token-file; requests then carry `Authorization: Bearer <token>`.\n\nExamples:\n  accel agent                                   this machine, on 127.0.0.1:9477\n  accel agent --sample gb200-nvl72-tray         a captured machine with recorded readings\n  accel agent --listen 0.0.0.0:9477 --token-file /etc/accel/token\n\nEnvironment:\n  ACCEL_PLUGIN_DIR  directory of accel-plugin-<name> executables whose `metrics` verb is read"
+)]
+pub struct AgentArgs {
+    /// Address to listen on. Anything but loopback needs --token-file.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9477")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    source: SourceArgs,
+    /// File holding the bearer token (first line, at least 16 characters).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Serve this cluster document (written by `python -m accel.ray start`'s sidecar) at /v1/cluster.
+    #[arg(long, value_name = "FILE")]
+    cluster_file: Option<PathBuf>,
+    /// Directory where processes write `accel-transport-<pid>.prom` (accel.transport.write_metrics).
+    #[arg(long, value_name = "DIR")]
+    transport_dir: Option<PathBuf>,
+    /// Replay this readings document (plugin protocol v1 `metrics` JSON) on every sample.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+    /// Seconds between samples of the readers.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    interval: f64,
+    /// Name of this node in the cluster view (default: the hostname discovery found).
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+}
+
+/// Runs the agent until SIGINT/SIGTERM. Invalid usage (a network listener without a token, a
+/// bad token file) prints one line and exits with status 2.
+pub fn run(args: AgentArgs) -> Result<()> {
+    let usage = |msg: String| -> ! {
+        eprintln!("accel agent: error: {msg}");
+        std::process::exit(2);
+    };
+    if !(args.interval.is_finite() && (0.05..=3600.0).contains(&args.interval)) {
+        usage(format!("--interval {} is not between 0.05 and 3600 seconds", args.interval));
+    }
+    let token =
+        args.token_file.as_ref().map(|p| accel_agent::auth::read_token(p).unwrap_or_else(|e| usage(e.to_string())));
+    if let Err(e) = accel_agent::auth::check_listener(args.listen, token.as_deref()) {
+        usage(e.to_string());
+    }
+    let replay = match &args.replay {
+        Some(p) => {
+            let bytes = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+            Some(serde_json::from_slice(&bytes).with_context(|| format!("{} is not a metrics document", p.display()))?)
+        }
+        None => None,
+    };
+    let (host, live) = agent_host(&args.source)?;
+    let machine = discover(&host, &default_plugins());
+    let node_name = args
+        .node_name
+        .clone()
+        .or_else(|| args.source.sample.clone())
+        .or_else(|| machine.host.hostname.clone())
+        .unwrap_or_else(|| "node".into());
+    let readers = Readers {
+        nvml: Readers::nvml_for(&host, live),
+        host,
+        plugin_dir: std::env::var_os("ACCEL_PLUGIN_DIR").filter(|d| !d.is_empty()).map(PathBuf::from),
+        plugin_timeout: Duration::from_secs(5),
+        replay,
+        live,
+    };
+    let config = accel_agent::Config {
+        listen: args.listen,
+        node_name,
+        machine,
+        readers,
+        token,
+        cluster_file: args.cluster_file,
+        transport_dir: args.transport_dir,
+        interval: Duration::from_secs_f64(args.interval),
+    };
+    accel_agent::serve(config, |addr| eprintln!("accel agent: serving http://{addr}/")).map_err(anyhow::Error::from)
+}
+
+/// The host to read: a sample with its recorded readings added, or what the other commands read.
+fn agent_host(args: &SourceArgs) -> Result<(Host, bool)> {
+    if let Some(name) = &args.sample {
+        let registry = crate::registry(&args.registry)?;
+        let Some(mut tree) = accel_discover::samples::tree(name) else {
+            bail!("no sample named {name:?}; `accel samples` lists them");
+        };
+        for (path, bytes) in accel_agent::recordings::for_sample(name) {
+            tree.add_file(path, bytes);
+        }
+        return Ok((Host::in_memory(Arc::new(tree), registry).with_labels_file(args.labels_file.clone()), false));
+    }
+    let live = args.root == std::path::Path::new("/");
+    Ok((crate::make_host(args)?, live))
+}

@@ -1,0 +1,338 @@
+"""The cluster view behind `accel agent`'s dashboard, and the sidecar that feeds it.
+
+The Rust agent does not speak Ray's GCS protocol. A small sidecar process (started by
+`python -m accel.ray start --agent`, one per node) does it for the agent, over Ray's own client:
+
+- every node's sidecar reads its agent's latest readings (`GET /v1/readings`) and stores them in
+  Ray's internal KV (namespace `accel`, key `readings:<node>`), beside the machine that
+  `accel.ray start` already stored (`machine:<node>`);
+- the head node's sidecar also builds the cluster document (`cluster_document()`): every alive
+  accel node with its machine and latest readings, every placement group with the accel
+  devices each bundle holds (from the bundles' `accel_dev_*` resources), and every actor with the
+  placement group, bundle and devices it runs on. It writes the document atomically to a file,
+  which the head agent serves at `/v1/cluster` (`accel agent --cluster-file`).
+
+Nothing here guesses: a device is shown as held only when a bundle reserved its per-device
+resource, and readings are as old as `readings_at` says (one sidecar interval at most).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+from ._placement import KV_NAMESPACE, KV_PREFIX, _ray_nodes, cluster_from_ray, device_resource
+
+READINGS_PREFIX = "readings:"
+# Ray renames a bundle's resources `<name>_group_<bundle index>_<placement group id>`.
+_BUNDLE_RESOURCE = re.compile(r"^(?P<name>.+)_group_(?P<bundle>\d+)_(?P<pg>[0-9a-f]+)$")
+
+
+def fetch_readings(agent_url: str, token: str | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The agent's latest readings document (`GET /v1/readings`)."""
+    req = urllib.request.Request(agent_url.rstrip("/") + "/v1/readings")
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (the local agent)
+        doc: dict[str, Any] = json.loads(resp.read(16 << 20))
+    return doc
+
+
+def publish_readings(name: str, doc: dict[str, Any], agent_url: str = "") -> None:
+    """Stores a node's readings in Ray's KV (needs `ray.init`), stamped with the time, with the
+    address its agent listens on (for the Prometheus file-SD entry)."""
+    from ray.experimental import internal_kv
+
+    payload = {"readings": doc.get("readings", {}), "readers": doc.get("readers", []), "at": time.time(), "agent_url": agent_url}
+    internal_kv._internal_kv_put(READINGS_PREFIX + name, json.dumps(payload), overwrite=True, namespace=KV_NAMESPACE)
+
+
+def _kv_json(key: str) -> Any:
+    from ray.experimental import internal_kv
+
+    raw = internal_kv._internal_kv_get(key, namespace=KV_NAMESPACE)
+    return None if raw is None else json.loads(raw)
+
+
+def _devices_for(machine: dict[str, Any], resources: dict[str, Any]) -> list[str]:
+    """The accelerator ids of `machine` whose per-device resource is among `resources`."""
+    names = set(resources)
+    return [a["id"] for a in machine.get("accelerators", []) if device_resource(a["vendor"], a["index"]) in names]
+
+
+def _actors() -> list[dict[str, Any]]:
+    """Every actor with its node, placement group, bundle and raw resource names, from the GCS
+    actor table (the state API needs the dashboard; this does not)."""
+    import ray
+    from ray._private import state
+    from ray.core.generated import gcs_pb2
+
+    accessor = state.state._connect_and_get_accessor()
+    table: Any = getattr(gcs_pb2, "ActorTableData")  # generated protobuf code, untyped
+    out = []
+    for raw in accessor.get_actor_table(None, None):
+        data = table.FromString(raw)
+        required = dict(data.required_resources)
+        pg_id = ""
+        bundle = None
+        plain: dict[str, float] = {}
+        for key, value in required.items():
+            m = _BUNDLE_RESOURCE.match(key)
+            if m:
+                pg_id, bundle = m.group("pg"), int(m.group("bundle"))
+                plain[m.group("name")] = value
+            elif "_group_" not in key:
+                plain.setdefault(key, value)
+        if not pg_id and data.placement_group_id:
+            pg_id = data.placement_group_id.hex()
+        out.append(
+            {
+                "id": data.actor_id.hex(),
+                "class_name": data.class_name,
+                "state": table.ActorState.Name(data.state),
+                "node_id": data.address.node_id.hex(),
+                "placement_group_id": pg_id,
+                "bundle_index": bundle,
+                "resources": plain,
+            }
+        )
+    del ray
+    return out
+
+
+def cluster_document() -> dict[str, Any]:
+    """The whole cluster as the dashboard draws it (needs `ray.init`)."""
+    from ray.util import placement_group_table
+
+    view = cluster_from_ray()
+    ray_nodes = _ray_nodes()
+    by_ray_id = {node["NodeID"]: name for name, node in ray_nodes.items()}
+    machines = {n["name"]: n["machine"] for n in view["nodes"]}
+    nodes = []
+    for n in view["nodes"]:
+        stored = _kv_json(READINGS_PREFIX + n["name"]) or {}
+        ray_node = ray_nodes.get(n["name"], {})
+        nodes.append(
+            {
+                "name": n["name"],
+                "ray_node_id": ray_node.get("NodeID", ""),
+                "alive": bool(ray_node.get("Alive", False)),
+                "labels": n["labels"],
+                "machine": n["machine"],
+                "readings": stored.get("readings", {"devices": [], "links": []}),
+                "readers": stored.get("readers", []),
+                "readings_at": stored.get("at"),
+                "agent_url": stored.get("agent_url", ""),
+                "address": ray_node.get("NodeManagerAddress", ""),
+            }
+        )
+    pgs = []
+    for pg_id, pg in sorted(placement_group_table().items()):
+        bundles = []
+        for index, resources in sorted(pg.get("bundles", {}).items()):
+            node = by_ray_id.get(pg.get("bundles_to_node_id", {}).get(index, ""), "")
+            devices = _devices_for(machines.get(node, {}), resources) if node else []
+            bundles.append({"index": int(index), "node": node, "resources": resources, "devices": devices})
+        pgs.append(
+            {"id": pg_id, "name": pg.get("name", ""), "state": pg.get("state", ""), "strategy": pg.get("strategy", ""), "bundles": bundles}
+        )
+    actors = []
+    for actor in _actors():
+        node = by_ray_id.get(actor["node_id"], "")
+        actor["node"] = node
+        actor["devices"] = _devices_for(machines.get(node, {}), actor["resources"]) if node else []
+        actors.append(actor)
+    return {"source": "ray", "updated_at": time.time(), "nodes": nodes, "placement_groups": pgs, "actors": actors}
+
+
+def prometheus_file_sd(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Prometheus file-based service discovery for every node's agent in a cluster document:
+    one target group for `/metrics` and one for `/metrics/transport` (`__metrics_path__`). An
+    agent listening on a wildcard address is reached at its Ray node's address."""
+    groups: list[dict[str, Any]] = []
+    for node in doc.get("nodes", []):
+        url = node.get("agent_url") or ""
+        if not url.startswith("http://"):
+            continue
+        hostport = url[len("http://") :].rstrip("/")
+        host, _, port = hostport.rpartition(":")
+        if host in ("0.0.0.0", "[::]", "") and node.get("address"):
+            hostport = f"{node['address']}:{port}"
+        labels = {"job": "accel-agent", "accel_node": node["name"]}
+        groups.append({"targets": [hostport], "labels": labels})
+        groups.append({"targets": [hostport], "labels": labels | {"__metrics_path__": "/metrics/transport"}})
+    return groups
+
+
+def grafana_dashboard() -> dict[str, Any]:
+    """The Grafana dashboard of the agent's metrics (device utilisation, memory, power,
+    temperature, link throughput and errors, reader health), on a `datasource` variable so it
+    works with Ray's provisioned Prometheus data source."""
+
+    def panel(i: int, title: str, expr: str, unit: str, legend: str = "{{accel_node}} #{{index}} {{model}}") -> dict[str, Any]:
+        return {
+            "id": i,
+            "type": "timeseries",
+            "title": title,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "gridPos": {"h": 8, "w": 12, "x": 12 * ((i - 1) % 2), "y": 8 * ((i - 1) // 2)},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "targets": [{"refId": "A", "expr": expr, "legendFormat": legend, "datasource": {"type": "prometheus", "uid": "${datasource}"}}],
+        }
+
+    sel = '{accel_node=~"$node"}'
+    panels = [
+        panel(1, "Accelerator utilisation", f"accel_hw_gpu_utilization_ratio{sel}", "percentunit"),
+        panel(2, "Accelerator memory used", f"accel_hw_gpu_memory_usage_bytes{sel}", "bytes"),
+        panel(3, "Power", f"accel_hw_power_watts{sel}", "watt"),
+        panel(4, "Temperature", f"accel_hw_temperature_celsius{sel}", "celsius"),
+        panel(
+            5,
+            "Scale-up link throughput (NVLink, xGMI)",
+            f"sum by (accel_node, index, model, direction) (rate(accel_hw_gpu_link_io_bytes_total{sel}[1m]))",
+            "Bps",
+            "{{accel_node}} #{{index}} {{direction}}",
+        ),
+        panel(6, "Errors (ECC, RAS, links)", f"increase(accel_hw_errors_total{sel}[5m])", "short", "{{accel_node}} #{{index}} {{error_type}}"),
+        panel(7, "Readers up", f"accel_reader_up{sel}", "short", "{{accel_node}} {{reader}} ({{source}})"),
+        panel(
+            8,
+            "Transport bytes",
+            f"sum by (accel_node, path, role) (rate(accel_transport_bytes_total{sel}[1m]))",
+            "Bps",
+            "{{accel_node}} {{path}} {{role}}",
+        ),
+    ]
+    return {
+        "uid": "accel-accelerators",
+        "title": "accel: accelerators and links",
+        "tags": ["accel", "ray"],
+        "schemaVersion": 39,
+        "time": {"from": "now-30m", "to": "now"},
+        "refresh": "10s",
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "current": {}, "hide": 0},
+                {
+                    "name": "node",
+                    "type": "query",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": "label_values(accel_device_info, accel_node)",
+                    "includeAll": True,
+                    "multi": True,
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                },
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def ray_session_dir(temp_dir: str | None = None) -> str:
+    """Ray's latest session directory (`/tmp/ray/session_latest`, or under `--temp-dir`)."""
+    return os.path.join(temp_dir or os.path.join(tempfile.gettempdir(), "ray"), "session_latest")
+
+
+def install_grafana_dashboard(directory: str | None = None, temp_dir: str | None = None) -> str:
+    """Writes the dashboard into Ray's Grafana dashboards directory
+    (`RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR`, default
+    `<session>/metrics/grafana/dashboards`), where Ray's provisioning shows it in the "Ray"
+    folder. Returns the file written."""
+    directory = (
+        directory
+        or os.environ.get("RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR")
+        or os.path.join(ray_session_dir(temp_dir), "metrics", "grafana", "dashboards")
+    )
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "accel_grafana_dashboard.json")
+    write_json_atomic(path, grafana_dashboard())
+    return path
+
+
+def write_json_atomic(path: str, doc: Any) -> None:
+    """Writes `doc` to `path` through a temporary file and a rename, so the agent never reads
+    half a document."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".cluster-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def run_sidecar(
+    name: str,
+    agent_url: str,
+    *,
+    token: str | None = None,
+    cluster_file: str | None = None,
+    file_sd: str | None = None,
+    interval_s: float = 5.0,
+    once: bool = False,
+) -> None:
+    """Publishes this node's readings every `interval_s`, and on the head (`cluster_file` given)
+    writes the cluster document. Needs `ray.init(address=...)` first. A failing round is
+    reported on stderr and retried; it never stops the loop."""
+    while True:
+        try:
+            publish_readings(name, fetch_readings(agent_url, token), agent_url)
+        except OSError as e:
+            print(f"accel sidecar: cannot read the agent at {agent_url}: {e}", file=sys.stderr)
+        if cluster_file:
+            doc = cluster_document()
+            write_json_atomic(cluster_file, doc)
+            if file_sd:
+                write_json_atomic(file_sd, prometheus_file_sd(doc))
+        if once:
+            return
+        time.sleep(interval_s)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m accel.ray sidecar", description=run_sidecar.__doc__)
+    parser.add_argument("--node-name", required=True, help="this node's accel name (accel.io/node)")
+    parser.add_argument("--agent-url", default="http://127.0.0.1:9477", help="the local agent")
+    parser.add_argument("--token-file", help="the agent's bearer token file")
+    parser.add_argument("--cluster-file", help="head only: where to write the cluster document")
+    parser.add_argument("--file-sd", help="head only: where to write the Prometheus file-SD entry of every agent")
+    parser.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
+    parser.add_argument("--once", action="store_true", help="one round, then exit")
+    args = parser.parse_args(argv)
+    token = None
+    if args.token_file:
+        with open(args.token_file) as f:
+            token = f.readline().strip()
+    import ray
+
+    ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        run_sidecar(
+            args.node_name,
+            args.agent_url,
+            token=token,
+            cluster_file=args.cluster_file,
+            file_sd=args.file_sd,
+            interval_s=args.interval,
+            once=args.once,
+        )
+    finally:
+        ray.shutdown()
+    return 0
+
+
+__all__ = ["KV_PREFIX", "cluster_document", "fetch_readings", "grafana_dashboard", "install_grafana_dashboard"]
+__all__ += ["prometheus_file_sd", "publish_readings", "run_sidecar", "write_json_atomic"]

@@ -1,0 +1,248 @@
+"""The agent's dashboard in a real browser: Debian's chromium, headless, driven over the
+DevTools protocol, against `accel agent` serving a real Ray 2.60 cluster
+(`ray.cluster_utils.Cluster`) whose nodes are sample machines. A placement group made through
+`accel.ray.placement_group` must appear on its devices; the page must load without console
+errors; topology, links and metrics must be drawn. The screenshot goes to docs/img/."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+aiohttp = pytest.importorskip("aiohttp")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import accel  # noqa: E402
+import accel.ray as aray  # noqa: E402
+from accel.ray import _agent  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+NODES = {"nvl-a0": "gb200-nvl72-tray", "mi300x": "mi300x"}
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1700",
+]
+
+
+@ray.remote(num_cpus=0)
+class Trainer:
+    def ping(self) -> str:
+        return "ok"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def served(accel_bin, tmp_path_factory):
+    """A Ray cluster of sample nodes, an agent per node (the first is the head, serving the
+    cluster file), one sidecar round per node, and an accel placement group with an actor."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    tmp = tmp_path_factory.mktemp("agent")
+    cluster_file = tmp / "cluster.json"
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    agents: list[subprocess.Popen[bytes]] = []
+    apg = None
+    try:
+        for name, sample in NODES.items():
+            spec = aray.node_spec(accel.sample(sample), name)
+            c.add_node(num_cpus=1, num_gpus=spec["num_gpus"], resources=spec["resources"], labels=spec["labels"])
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        urls = {}
+        for i, (name, sample) in enumerate(NODES.items()):
+            aray.publish_machine(name, accel.sample(sample))
+            port = _free_port()
+            cmd = [str(accel_bin), "agent", "--sample", sample, "--node-name", name, "--listen", f"127.0.0.1:{port}", "--interval", "1"]
+            if i == 0:
+                cmd += ["--cluster-file", str(cluster_file)]
+            agents.append(subprocess.Popen(cmd, stderr=subprocess.DEVNULL))
+            urls[name] = f"http://127.0.0.1:{port}"
+            _wait_http(urls[name] + "/v1/health")
+        apg = aray.placement_group({"bundles": [{"count": 2, "connectivity": "scale-up", "vendor": ["nvidia"]}]}, name="train-pg")
+        actor = Trainer.options(**apg.options(0)).remote()
+        assert ray.get(actor.ping.remote(), timeout=120) == "ok"
+        for i, name in enumerate(NODES):
+            _agent.run_sidecar(name, urls[name], cluster_file=str(cluster_file) if i == 0 else None, once=True)
+        _agent.run_sidecar(next(iter(NODES)), urls[next(iter(NODES))], cluster_file=str(cluster_file), once=True)
+        yield {"url": urls[next(iter(NODES))], "apg": apg, "cluster_file": cluster_file, "tmp": tmp}
+    finally:
+        for p in agents:
+            p.terminate()
+            p.wait(timeout=10)
+        if apg is not None:
+            apg.remove()
+        ray.shutdown()
+        c.shutdown()
+
+
+def test_cluster_document_holds_the_placement(served):
+    doc = json.loads(served["cluster_file"].read_text())
+    assert sorted(n["name"] for n in doc["nodes"]) == sorted(NODES)
+    gb = next(n for n in doc["nodes"] if n["name"] == "nvl-a0")
+    assert len(gb["readings"]["devices"]) == 4 and gb["readings_at"] is not None
+    mi = next(n for n in doc["nodes"] if n["name"] == "mi300x")
+    assert mi["readings"]["devices"] == [], "a sample without recorded readings has none"
+    (pg,) = [p for p in doc["placement_groups"] if p["name"] == "train-pg"]
+    planned = [d["id"] for d in served["apg"].devices(0)]
+    assert pg["bundles"][0]["node"] == "nvl-a0"
+    assert pg["bundles"][0]["devices"] == planned
+    (actor,) = [a for a in doc["actors"] if a["class_name"] == "Trainer"]
+    assert actor["placement_group_id"] == pg["id"] and actor["bundle_index"] == 0
+    assert actor["node"] == "nvl-a0" and actor["devices"] == planned
+
+
+class DevTools:
+    """The few DevTools-protocol calls the test needs, over one page's websocket."""
+
+    def __init__(self, ws: Any):
+        self.ws = ws
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        my_id = self.next_id
+        await self.ws.send_str(json.dumps({"id": my_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads((await self.ws.receive(timeout=60)).data)
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return dict(msg.get("result", {}))
+            if "method" in msg:
+                self.events.append(msg)
+
+    async def evaluate(self, expression: str) -> Any:
+        r = await self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expression}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def errors(self) -> list[str]:
+        out = []
+        for e in self.events:
+            p = e.get("params", {})
+            if e["method"] == "Runtime.exceptionThrown":
+                out.append(json.dumps(p.get("exceptionDetails", {}))[:500])
+            elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append(json.dumps(p.get("args", []))[:500])
+            elif e["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                out.append(p["entry"].get("text", "") + " " + p["entry"].get("url", ""))
+        return out
+
+
+async def _drive(url: str, profile: pathlib.Path, screenshot: pathlib.Path) -> dict[str, Any]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is needed (scripts/test.sh installs it)"
+    proc = subprocess.Popen(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            assert proc.poll() is None, "chromium exited"
+            assert time.monotonic() < deadline, "chromium did not open its DevTools port"
+            await asyncio.sleep(0.2)
+        port = int(port_file.read_text().split()[0])
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
+                targets = await r.json()
+            page = next(t for t in targets if t["type"] == "page")
+            async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=64 << 20) as ws:
+                dt = DevTools(ws)
+                for domain in ("Runtime", "Log", "Page"):
+                    await dt.call(f"{domain}.enable")
+                await dt.call("Page.navigate", url=url)
+                deadline = time.monotonic() + 60
+                while await dt.evaluate("document.readyState + '/' + (document.body && document.body.dataset.ready)") != "complete/1":
+                    assert time.monotonic() < deadline, "the dashboard never finished drawing"
+                    await asyncio.sleep(0.2)
+                # A second poll round, so link rates and a re-render are exercised too.
+                await asyncio.sleep(5.5)
+                facts = await dt.evaluate(
+                    """(() => {
+                      const node = document.querySelector('[data-node="nvl-a0"]');
+                      const q = (sel) => node ? node.querySelectorAll(sel) : [];
+                      return {
+                        summary: document.getElementById('summary').textContent,
+                        nodes: [...document.querySelectorAll('[data-node]')].map(n => n.dataset.node),
+                        devices: q('.device').length,
+                        held: [...q('.device.held')].map(d => d.dataset.device),
+                        pgLabels: [...q('.device .pg')].map(p => p.textContent),
+                        edges: q('svg.topology line').length,
+                        linkRows: q('table.links tr').length - 1,
+                        deviceText: node ? node.querySelector('.device').textContent : '',
+                        pgRows: [...document.querySelectorAll('#pg-table tr[data-pg]')].map(r => r.textContent),
+                        status: document.getElementById('status').className,
+                      };
+                    })()"""
+                )
+                shot = await dt.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                screenshot.write_bytes(base64.b64decode(shot["data"]))
+                facts["errors"] = dt.errors()
+                return facts
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_dashboard_in_chromium_shows_topology_metrics_and_placement(served):
+    screenshot = REPO / "docs" / "img" / "dashboard.png"
+    with tempfile.TemporaryDirectory(prefix="accel-chromium-") as profile:
+        facts = asyncio.run(_drive(served["url"] + "/", pathlib.Path(profile), screenshot))
+    assert facts["errors"] == [], facts["errors"]
+    assert facts["status"] == "status", facts
+    assert sorted(facts["nodes"]) == sorted(NODES)
+    assert "2 nodes" in facts["summary"], facts["summary"]
+    assert facts["devices"] == 4
+    assert facts["edges"] == 6, "the tray's six switched GPU pairs"
+    assert facts["linkRows"] == 32, "8 recorded NVLinks on each of 4 GPUs"
+    assert "72.0 W" in facts["deviceText"] and "33 °C" in facts["deviceText"], facts["deviceText"]
+    planned = [d["id"] for d in served["apg"].devices(0)]
+    assert sorted(facts["held"]) == sorted(planned), facts
+    assert all("train-pg" in label and "Trainer" in label for label in facts["pgLabels"]), facts["pgLabels"]
+    assert any("train-pg" in row and "nvl-a0" in row for row in facts["pgRows"]), facts["pgRows"]
+    assert screenshot.stat().st_size > 10_000
