@@ -42,7 +42,9 @@ try:
     try:
         seen = ray.get(visible.options(**pg.options(0)).remote(), timeout=120)
         print("planned", [d["label"] for d in pg.devices(0)], "on", pg.node(0), "-> the task sees", seen)
-        assert seen == ",".join(str(d["index"]) for d in pg.devices(0))
+        # NVIDIA devices are isolated by UUID (what NVML and CUDA both name them by).
+        assert seen == pg.env(0)["CUDA_VISIBLE_DEVICES"]
+        assert len(seen.split(",")) == 2 and all(v.startswith("GPU-") for v in seen.split(","))
     finally:
         pg.remove()
 finally:

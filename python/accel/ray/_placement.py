@@ -8,7 +8,7 @@ The mechanism (verified in ../shared/research/ray-feasibility.md):
 - a planned bundle becomes a Ray placement-group bundle asking for `GPU: k` plus the k
   per-device resources, pinned to the planned node by `bundle_label_selector`;
 - an actor in that bundle asks for the same resources, and its `runtime_env` sets the vendor's
-  visibility variable (`CUDA_VISIBLE_DEVICES=4,5,6,7`) with `RAY_EXPERIMENTAL_NOSET_*=1`, so Ray
+  visibility variable (`CUDA_VISIBLE_DEVICES=GPU-<uuid>,...`: NVIDIA GPUs by UUID) with `RAY_EXPERIMENTAL_NOSET_*=1`, so Ray
   does not rewrite it.
 
 Ray's GPU count stays right, and Ray itself refuses to hand one physical device out twice. A GPU
