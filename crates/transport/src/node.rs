@@ -111,6 +111,18 @@ impl Transport {
         self.client.fetch(&d.endpoint, &d.owner, d.buffer, dst)
     }
 
+    /// Whether a buffer is still published (`Freed` if not, `OwnerGone` if its owner exited):
+    /// locally if this process owns it, otherwise by asking its owner.
+    pub fn check(&self, d: &Descriptor) -> Result<()> {
+        if d.owner == self.owner {
+            return match self.arena.lookup(d.buffer) {
+                Some(_) => Ok(()),
+                None => Err(Error::Freed { owner: d.owner.clone(), buffer: d.buffer }),
+            };
+        }
+        self.client.check(&d.endpoint, &d.owner, d.buffer)
+    }
+
     /// Frees a buffer: locally if this process owns it, otherwise by asking its owner.
     pub fn free(&self, d: &Descriptor) -> Result<()> {
         if d.owner == self.owner {
