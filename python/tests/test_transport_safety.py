@@ -299,3 +299,36 @@ def test_a_capture_beyond_loopback_shows_no_plaintext(two_hosts: None, tmp_path:
     # The handshake is plaintext by design (nonces and the owner id): the capture sees the stream.
     assert ref.owner.encode() in wire
     assert MARKER.encode()[:16] not in wire, "tensor bytes crossed the veth in plain text"
+
+
+# ------------------------------------------------------------------------------ the secret file
+
+
+def test_the_secret_comes_from_a_0600_file_not_the_environment(tmp_path: Path) -> None:
+    secret_path = tmp_path / "transport-secret"
+    env = {k: v for k, v in os.environ.items() if k != T.SECRET_VAR}
+    env[T.SECRET_FILE_VAR] = str(secret_path)
+    mine = os.environ.get(T.SECRET_VAR) or T._read_secret_file(T.secret_file())  # what this process uses
+    assert mine
+    secret_path.write_text(mine + "\n")
+    secret_path.chmod(0o600)
+    ref = T.put(np.arange(1000, dtype=np.int64))
+    try:
+        res = subprocess.run(
+            [sys.executable, str(PEER), "get", base64.b64encode(pickle.dumps(ref)).decode(), "tcp"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        assert pickle.loads(base64.b64decode(res.stdout.strip().splitlines()[-1]))[:2] == ("ok", 499500), res.stderr
+        # A file others can read is refused, not used.
+        secret_path.chmod(0o644)
+        res = subprocess.run(
+            [sys.executable, str(PEER), "get", base64.b64encode(pickle.dumps(ref)).decode(), "tcp"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        assert "readable by other users" in res.stderr + res.stdout
+    finally:
+        T.free(ref)
+    # ensure_secret_file keeps an existing file and creates a missing one with mode 0600.
+    fresh = tmp_path / "sub" / "secret"
+    assert T.ensure_secret_file(str(fresh)) == str(fresh)
+    assert fresh.stat().st_mode & 0o777 == 0o600 and len(fresh.read_text().strip()) >= 16
