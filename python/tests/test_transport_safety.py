@@ -325,7 +325,8 @@ def test_the_secret_comes_from_a_0600_file_not_the_environment(tmp_path: Path) -
             [sys.executable, str(PEER), "get", base64.b64encode(pickle.dumps(ref)).decode(), "tcp"],
             capture_output=True, text=True, env=env, timeout=60,
         )
-        assert "readable by other users" in res.stderr + res.stdout
+        err = pickle.loads(base64.b64decode(res.stdout.strip().splitlines()[-1]))
+        assert err[0] == "TransportError" and "readable by other users" in err[1], err
     finally:
         T.free(ref)
     # ensure_secret_file keeps an existing file and creates a missing one with mode 0600.
