@@ -7,9 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: hwloc (lstopo, the discovery cross-check).
+# Debian packages the tests use: hwloc (lstopo, the discovery cross-check), tcpdump and iproute2.
 missing=()
 command -v lstopo >/dev/null 2>&1 || missing+=(hwloc)
+# tcpdump and iproute2: the transport's packet capture across two network namespaces.
+command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if ((${#missing[@]})); then
   echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
