@@ -102,6 +102,10 @@ impl Transport {
         }
         match Mapping::open(&self.config.shm_dir, &d.segment, d.len, writable, &self.maps)? {
             Some(m) => Ok(m),
+            // Gone because its owner died meanwhile (and a sweep took the segment)?
+            None if !Identity::parse(&d.owner).is_some_and(|id| process_alive(id.pid, id.start)) => {
+                Err(Error::OwnerGone { owner: d.owner.clone() })
+            }
             None => Err(Error::Freed { owner: d.owner.clone(), buffer: d.buffer }),
         }
     }

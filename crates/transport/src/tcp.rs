@@ -71,12 +71,14 @@ impl Server {
             max_connections: cfg.max_connections,
         });
         let stopping = stop.clone();
+        // A forked child closes its copy of the listener, so consumers of a dead owner are
+        // refused at once even while the child lives. Registered here, before the thread runs,
+        // so a fork right after `start` returns cannot miss it.
+        let fork_guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&listener));
         std::thread::Builder::new()
             .name("accel-transport-accept".into())
             .spawn(move || {
-                // A forked child closes its copy of the listener, so consumers of a dead owner
-                // are refused at once even while the child lives.
-                let _fork = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&listener));
+                let _fork = fork_guard;
                 for stream in listener.incoming() {
                     if stopping.load(Ordering::Relaxed) {
                         break;
@@ -93,8 +95,9 @@ impl Server {
                         continue;
                     }
                     let conn = shared.clone();
+                    let fork_guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&stream));
                     let spawned = std::thread::Builder::new().name("accel-transport-conn".into()).spawn(move || {
-                        let _fork = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&stream));
+                        let _fork = fork_guard;
                         // A connection that ends other than by the peer closing it between
                         // requests (a failed handshake, a malformed request, a peer that hung up
                         // mid-stream) is one serve error.
