@@ -34,6 +34,13 @@ pub enum Kind {
     Freed = 9,
     /// An error: u8 code, then a UTF-8 message.
     Err = 10,
+    /// Consumer to owner after a stream's `End`: every byte arrived, the owner may recycle the
+    /// pages it spliced into the socket.
+    Received = 11,
+    /// Is a buffer still published? u64 buffer id; answered `Ok` or `Err` (code `FREED`). A
+    /// consumer that read it one-sided (NIXL) asks afterwards: a freed id never comes back, so
+    /// a buffer still published then was published for the whole read.
+    Check = 12,
 }
 
 impl Kind {
@@ -51,6 +58,8 @@ impl Kind {
             8 => Free,
             9 => Freed,
             10 => Err,
+            11 => Received,
+            12 => Check,
             _ => return None,
         })
     }
@@ -184,7 +193,7 @@ mod tests {
         }
 
         #[test]
-        fn roundtrip(kind in 1u8..=10, payload in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..310) {
+        fn roundtrip(kind in 1u8..=12, payload in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..310) {
             let kind = Kind::from_u8(kind).unwrap();
             let wire = encode(kind, &payload);
             let (k, p, used) = parse(&wire, 1024).unwrap().unwrap();

@@ -102,6 +102,10 @@ impl Transport {
         }
         match Mapping::open(&self.config.shm_dir, &d.segment, d.len, writable, &self.maps)? {
             Some(m) => Ok(m),
+            // Gone because its owner died meanwhile (and a sweep took the segment)?
+            None if !Identity::parse(&d.owner).is_some_and(|id| process_alive(id.pid, id.start)) => {
+                Err(Error::OwnerGone { owner: d.owner.clone() })
+            }
             None => Err(Error::Freed { owner: d.owner.clone(), buffer: d.buffer }),
         }
     }
@@ -109,6 +113,18 @@ impl Transport {
     /// Streams a buffer over TCP into `dst`.
     pub fn fetch_tcp(&self, d: &Descriptor, dst: &mut [u8]) -> Result<()> {
         self.client.fetch(&d.endpoint, &d.owner, d.buffer, dst)
+    }
+
+    /// Whether a buffer is still published (`Freed` if not, `OwnerGone` if its owner exited):
+    /// locally if this process owns it, otherwise by asking its owner.
+    pub fn check(&self, d: &Descriptor) -> Result<()> {
+        if d.owner == self.owner {
+            return match self.arena.lookup(d.buffer) {
+                Some(_) => Ok(()),
+                None => Err(Error::Freed { owner: d.owner.clone(), buffer: d.buffer }),
+            };
+        }
+        self.client.check(&d.endpoint, &d.owner, d.buffer)
     }
 
     /// Frees a buffer: locally if this process owns it, otherwise by asking its owner.

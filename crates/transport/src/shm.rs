@@ -1,7 +1,7 @@
 //! The owner's shared-memory arena and the consumer's mapping of it.
 //!
 //! Each buffer is one file in the shared-memory directory named
-//! `accel-<pid>-<start>-<buffer id>`, sized to a pooled size class and pre-faulted with
+//! `accel-<pid namespace>-<pid>-<start>-<buffer id>`, sized to a pooled size class and pre-faulted with
 //! `fallocate` + `MAP_POPULATE` (so a full `/dev/shm` is an error here, never a SIGBUS later).
 //! Advisory `flock`s make reuse safe: the owner holds `LOCK_EX` on a buffer until it is
 //! published and again while it idles in the pool; a consumer holds `LOCK_SH` for as long as it
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 
 use crate::error::{io, Error, Result};
-use crate::identity::{process_alive, Identity};
+use crate::identity::{pid_namespace, process_alive, Identity};
 
 /// Every segment name starts with this; the orphan sweeper looks at nothing else.
 pub const SEGMENT_PREFIX: &str = "accel-";
@@ -47,6 +47,9 @@ struct Segment {
     file: File,
     map: Arc<MmapRaw>,
     capacity: u64,
+    /// Its pages may still sit in a socket queue nobody drains (a stalled consumer): never
+    /// recycle it; unlink it when freed, and its memory goes with the last reference.
+    retired: bool,
 }
 
 struct Live {
@@ -196,7 +199,7 @@ impl Arena {
             return Err(fail(std::io::Error::last_os_error()));
         }
         let map = MmapOptions::new().len(cap as usize).populate().map_raw(&file).map_err(fail)?;
-        Ok(Segment { name: name.to_string(), file, map: Arc::new(map), capacity: cap })
+        Ok(Segment { name: name.to_string(), file, map: Arc::new(map), capacity: cap, retired: false })
     }
 
     /// Makes a buffer readable by consumers.
@@ -230,6 +233,10 @@ impl Arena {
         let Live { seg, .. } =
             g.live.remove(&buffer).ok_or_else(|| Error::Freed { owner: self.prefix.clone(), buffer })?;
         g.live_bytes -= seg.capacity;
+        if seg.retired {
+            let _ = std::fs::remove_file(self.dir.join(&seg.name));
+            return Ok(());
+        }
         g.next_idle += 1;
         let idle = format!("{}idle{}", self.prefix, g.next_idle);
         if std::fs::rename(self.dir.join(&seg.name), self.dir.join(&idle)).is_err() {
@@ -240,6 +247,19 @@ impl Arena {
         g.held.push(Segment { name: idle, ..seg });
         Self::reclaim(&mut g);
         Ok(())
+    }
+
+    /// Never recycles the segment behind `map` (live or freed): a socket may still reference its
+    /// pages. A freed one is unlinked now; a live one when it is freed.
+    pub fn retire(&self, map: &Arc<MmapRaw>) {
+        let mut g = self.lock();
+        if let Some(live) = g.live.values_mut().find(|l| Arc::ptr_eq(&l.seg.map, map)) {
+            live.seg.retired = true;
+        } else if let Some(i) = g.held.iter().position(|s| Arc::ptr_eq(&s.map, map)) {
+            let seg = g.held.swap_remove(i);
+            g.held_bytes -= seg.capacity;
+            let _ = std::fs::remove_file(self.dir.join(&seg.name));
+        }
     }
 
     /// Pool usage.
@@ -480,12 +500,15 @@ impl Mapping {
 }
 
 /// Removes segments in `dir` whose owner process has exited. Returns how many it removed.
+/// Only owners of this pid namespace are judged: a pid of another namespace means another
+/// process here, so their segments (and names of any other shape) are left alone.
 pub fn sweep_orphans(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mine = format!("{SEGMENT_PREFIX}{}-", pid_namespace());
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(SEGMENT_PREFIX)) else { continue };
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&mine)) else { continue };
         let mut parts = rest.splitn(3, '-');
         let (Some(pid), Some(start)) =
             (parts.next().and_then(|p| p.parse().ok()), parts.next().and_then(|s| s.parse().ok()))

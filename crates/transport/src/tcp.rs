@@ -3,6 +3,9 @@
 //! endpoint). Data streams in frames of at most `max_frame` bytes straight from the owner's
 //! mapping into the consumer's destination buffer, so neither side holds more than one chunk.
 //! The server counts what it serves in the owner's metrics (path `tcp`, role `serve`).
+//! After the handshake a connection beyond loopback is wrapped in the AEAD record layer
+//! (`secure`, through `Conn`); on loopback the owner splices segment pages with `sendfile` and
+//! keeps them from recycling until the consumer confirms it received them (`Received`).
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -15,9 +18,11 @@ use std::time::{Duration, Instant};
 use crate::auth::{client_handshake, server_handshake};
 use crate::backend::Path;
 use crate::config::Config;
+use crate::conn::Conn;
 use crate::error::{io, Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
 use crate::metrics::Metrics;
+use crate::secure::Side;
 use crate::shm::Arena;
 
 /// How long a server waits for a handshake, and for the next request on an idle connection.
@@ -40,6 +45,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     max_frame: u32,
     sendfile: bool,
+    drain_timeout: Duration,
+    encrypt_loopback: bool,
     connections: AtomicUsize,
     max_connections: usize,
 }
@@ -58,13 +65,20 @@ impl Server {
             metrics,
             max_frame: cfg.max_frame,
             sendfile: cfg.sendfile,
+            drain_timeout: cfg.drain_timeout,
+            encrypt_loopback: cfg.encrypt_loopback,
             connections: AtomicUsize::new(0),
             max_connections: cfg.max_connections,
         });
         let stopping = stop.clone();
+        // A forked child closes its copy of the listener, so consumers of a dead owner are
+        // refused at once even while the child lives. Registered here, before the thread runs,
+        // so a fork right after `start` returns cannot miss it.
+        let fork_guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&listener));
         std::thread::Builder::new()
             .name("accel-transport-accept".into())
             .spawn(move || {
+                let _fork = fork_guard;
                 for stream in listener.incoming() {
                     if stopping.load(Ordering::Relaxed) {
                         break;
@@ -81,11 +95,13 @@ impl Server {
                         continue;
                     }
                     let conn = shared.clone();
+                    let fork_guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&stream));
                     let spawned = std::thread::Builder::new().name("accel-transport-conn".into()).spawn(move || {
+                        let _fork = fork_guard;
                         // A connection that ends other than by the peer closing it between
                         // requests (a failed handshake, a malformed request, a peer that hung up
                         // mid-stream) is one serve error.
-                        if serve(&mut stream, &conn).is_err() {
+                        if serve(stream, &conn).is_err() {
                             conn.metrics.serve_error(Path::Tcp);
                         }
                         conn.connections.fetch_sub(1, Ordering::AcqRel);
@@ -118,19 +134,32 @@ impl Drop for Server {
 
 /// Serves one connection until the peer closes it between requests (`Ok`) or something fails
 /// (`Err`). Counts each buffer it sends, and each `Get` it refuses, in `sh.metrics`.
-fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
-    s.set_nodelay(true).map_err(io("nodelay"))?;
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io("timeout"))?;
-    s.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
-    server_handshake(s, &sh.secret, &sh.owner)?;
-    s.set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+fn serve(mut tcp: TcpStream, sh: &Shared) -> Result<()> {
+    tcp.set_nodelay(true).map_err(io("nodelay"))?;
+    tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io("timeout"))?;
+    tcp.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    let nonces = server_handshake(&mut tcp, &sh.secret, &sh.owner)?;
+    tcp.set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    // Beyond loopback every later byte is encrypted. Both ends decide from the same address:
+    // the one the client dialled is the one the server accepted on.
+    let local = tcp.local_addr().map_err(io("local address"))?;
+    let encrypt = sh.encrypt_loopback || !local.ip().is_loopback();
+    let s = &mut Conn::new(tcp, encrypt, &sh.secret, &nonces, Side::Server);
     while let Some((kind, payload)) = next_request(s)? {
         match kind {
+            Kind::Received => {} // a confirmation the owner did not wait for (no pages spliced)
             Kind::Get => {
                 let started = Instant::now();
                 match serve_get(s, sh, &payload)? {
                     Some(bytes) => sh.metrics.served(Path::Tcp, bytes, started.elapsed()),
                     None => sh.metrics.serve_error(Path::Tcp),
+                }
+            }
+            Kind::Check => {
+                let buffer = frame::u64_at(&payload, 0)?;
+                match sh.arena.lookup(buffer) {
+                    Some(_) => frame::write(s, Kind::Ok, &[])?,
+                    None => frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?,
                 }
             }
             Kind::Free => {
@@ -154,7 +183,7 @@ fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
 
 /// Reads the next request frame; `None` when the peer closed the connection (or left it idle
 /// past the timeout) before sending a byte of it, which ends a connection normally.
-fn next_request(s: &mut TcpStream) -> Result<Option<(Kind, Vec<u8>)>> {
+fn next_request(s: &mut Conn) -> Result<Option<(Kind, Vec<u8>)>> {
     let mut first = [0u8; 1];
     loop {
         match s.read(&mut first) {
@@ -172,7 +201,7 @@ fn next_request(s: &mut TcpStream) -> Result<Option<(Kind, Vec<u8>)>> {
 
 /// Answers one `Get`: streams the buffer and returns its length, or answers an `Err` frame
 /// (unknown buffer, length mismatch) and returns `None`. `Err` when the connection failed.
-fn serve_get(s: &mut TcpStream, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
+fn serve_get(s: &mut Conn, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
     let (buffer, want) = (frame::u64_at(payload, 0)?, frame::u64_at(payload, 8)?);
     match sh.arena.lookup_file(buffer) {
         None => {
@@ -184,10 +213,18 @@ fn serve_get(s: &mut TcpStream, sh: &Shared, payload: &[u8]) -> Result<Option<u6
         Some((map, len, file)) => {
             // SAFETY: `map` keeps the mapping alive; it is at least `len` bytes.
             let data = unsafe { std::slice::from_raw_parts(map.as_ptr(), len as usize) };
-            if send(s, data, sh.sendfile.then_some(&file), sh.max_frame as usize)? {
-                // `sendfile` queued references to the segment's pages, not copies: keep the
-                // buffer (`map`) from being recycled until the peer has them all.
-                drain(s);
+            let splice = sh.sendfile && s.plain().is_some();
+            if send(s, data, splice.then_some(&file), sh.max_frame as usize)? {
+                // `sendfile` queued references to the segment's pages, not copies, and on
+                // loopback they sit in the consumer's receive queue until it reads them: keep the
+                // buffer (`map`) from being recycled until the consumer confirms it has them all.
+                // A consumer that stalls past the drain timeout is cut off, and the buffer is
+                // retired (never recycled), so it can never read recycled bytes.
+                if !await_received(s, sh.drain_timeout)? {
+                    sh.arena.retire(&map);
+                    abort(s.tcp());
+                    return Err(Error::Protocol("a consumer stalled past the drain timeout".into()));
+                }
             }
             drop(map);
             Ok(Some(len))
@@ -198,7 +235,7 @@ fn serve_get(s: &mut TcpStream, sh: &Shared, payload: &[u8]) -> Result<Option<u6
 /// Streams `data` (the contents of `file` from offset 0) as Ok, Data..., End. Large chunks go
 /// out with `sendfile`, which hands the socket the segment's pages without a user-space copy;
 /// where the file system cannot, it falls back to plain writes. Returns whether it spliced.
-fn send(s: &mut TcpStream, data: &[u8], file: Option<&std::fs::File>, chunk: usize) -> Result<bool> {
+fn send(s: &mut Conn, data: &[u8], file: Option<&std::fs::File>, chunk: usize) -> Result<bool> {
     let total = (data.len() as u64).to_le_bytes();
     if data.len() <= SMALL.min(chunk) {
         let mut out = frame::encode(Kind::Ok, &total);
@@ -213,7 +250,8 @@ fn send(s: &mut TcpStream, data: &[u8], file: Option<&std::fs::File>, chunk: usi
         s.write_all(&frame::header(Kind::Data, piece.len())).map_err(io("send"))?;
         let at = i * chunk;
         if zero_copy {
-            match send_file(s, file.expect("zero_copy implies a file"), at, piece.len()) {
+            let tcp = s.plain().expect("zero-copy only on a plain connection");
+            match send_file(tcp, file.expect("zero_copy implies a file"), at, piece.len()) {
                 Ok(()) => continue,
                 Err(0) => zero_copy = false,
                 Err(_) => {
@@ -249,19 +287,37 @@ fn send_file(s: &TcpStream, file: &std::fs::File, at: usize, len: usize) -> std:
     Ok(())
 }
 
-/// Waits (bounded) until the socket's send queue is empty: the peer has every queued byte.
-fn drain(s: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let deadline = std::time::Instant::now() + IDLE_TIMEOUT.min(Duration::from_secs(30));
-    loop {
-        let mut queued: libc::c_int = 0;
-        // SAFETY: TIOCOUTQ writes one int through the valid pointer.
-        let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
-        if rc != 0 || queued == 0 || std::time::Instant::now() > deadline {
-            return;
+/// Waits (bounded) for the consumer's `Received` after a spliced stream: only then are the
+/// segment's pages out of every socket queue. `Ok(false)` when it did not come in time.
+fn await_received(s: &mut Conn, timeout: Duration) -> Result<bool> {
+    s.tcp().set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).map_err(io("timeout"))?;
+    let got = frame::read(s, MAX_CONTROL);
+    s.tcp().set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    match got {
+        Ok((Kind::Received, _)) => Ok(true),
+        Ok((k, _)) => Err(Error::Protocol(format!("expected Received, got {k:?}"))),
+        Err(Error::Io { source, .. }) if matches!(source.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            Ok(false)
         }
-        std::thread::sleep(Duration::from_micros(200));
+        Err(e) => Err(e),
     }
+}
+
+/// Resets a connection: with a zero linger the close sends RST and drops what is queued.
+fn abort(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads `linger` (valid for the call) on an open socket.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    let _ = s.shutdown(std::net::Shutdown::Both);
 }
 
 /// A consumer's connections to owners, authenticated once and reused.
@@ -270,7 +326,8 @@ pub struct Client {
     secret: Vec<u8>,
     connect_timeout: Duration,
     io_timeout: Duration,
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    encrypt_loopback: bool,
+    idle: Mutex<HashMap<String, Vec<Conn>>>,
 }
 
 impl Client {
@@ -280,11 +337,12 @@ impl Client {
             secret: cfg.secret.clone(),
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
+            encrypt_loopback: cfg.encrypt_loopback,
             idle: Mutex::default(),
         }
     }
 
-    fn connect(&self, endpoint: &str, owner: &str) -> Result<TcpStream> {
+    fn connect(&self, endpoint: &str, owner: &str) -> Result<Conn> {
         let gone = || Error::OwnerGone { owner: format!("{owner} at {endpoint}") };
         let addr = endpoint
             .to_socket_addrs()
@@ -299,19 +357,20 @@ impl Client {
         s.set_nodelay(true).map_err(io("nodelay"))?;
         s.set_read_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
         s.set_write_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
-        let found = client_handshake(&mut s, &self.secret).map_err(|e| match e {
+        let (found, nonces) = client_handshake(&mut s, &self.secret).map_err(|e| match e {
             Error::Io { source, .. } if is_disconnect(&source) => gone(),
             e => e,
         })?;
         if found != owner {
             return Err(Error::Stale { expected: owner.into(), found, endpoint: endpoint.into() });
         }
-        Ok(s)
+        let encrypt = self.encrypt_loopback || !addr.ip().is_loopback();
+        Ok(Conn::new(s, encrypt, &self.secret, &nonces, Side::Client))
     }
 
     /// Runs `f` on an authenticated connection to `owner` at `endpoint`. A cached connection
     /// that turns out dead is replaced once by a fresh one.
-    fn with_conn<T>(&self, endpoint: &str, owner: &str, mut f: impl FnMut(&mut TcpStream) -> Result<T>) -> Result<T> {
+    fn with_conn<T>(&self, endpoint: &str, owner: &str, mut f: impl FnMut(&mut Conn) -> Result<T>) -> Result<T> {
         let key = format!("{owner}@{endpoint}");
         let cached = self.idle.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key).and_then(Vec::pop);
         let result = match cached {
@@ -369,9 +428,28 @@ impl Client {
                         at += len as usize;
                     }
                     Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),
-                    Kind::End if at == dst.len() && len == 0 => return Ok(()),
+                    Kind::End if at == dst.len() && len == 0 => {
+                        // Tell the owner every byte is here: it may now recycle spliced pages.
+                        // Best effort: every byte did arrive; a broken connection shows (and is
+                        // replaced) on its next use.
+                        let _ = frame::write(s, Kind::Received, &[]);
+                        return Ok(());
+                    }
                     k => return Err(Error::Protocol(format!("unexpected {k:?} frame mid-stream"))),
                 }
+            }
+        })
+    }
+
+    /// Asks the owner whether `buffer` is still published: `Ok` if so, `Freed` if not.
+    pub fn check(&self, endpoint: &str, owner: &str, buffer: u64) -> Result<()> {
+        self.with_conn(endpoint, owner, |s| {
+            frame::write(s, Kind::Check, &buffer.to_le_bytes())?;
+            match frame::read(s, MAX_CONTROL)? {
+                (Kind::Ok, _) => Ok(()),
+                (Kind::Err, p) if p.first() == Some(&code::FREED) => Err(Error::Freed { owner: owner.into(), buffer }),
+                (Kind::Err, p) => Err(frame::remote_error(&p)),
+                (k, _) => Err(Error::Protocol(format!("expected Ok, got {k:?}"))),
             }
         })
     }

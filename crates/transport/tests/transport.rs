@@ -173,7 +173,8 @@ fn orphans_of_dead_owners_are_swept_and_live_ones_kept() {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
     let start: u64 = stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(19).unwrap().parse().unwrap();
     let me = Identity::current().unwrap();
-    std::fs::write(dir.join(format!("accel-{}-{start}-1", child.id())), b"x").unwrap();
+    std::fs::write(dir.join(format!("accel-{}-{}-{start}-1", accel_transport::pid_namespace(), child.id())), b"x")
+        .unwrap();
     std::fs::write(dir.join(format!("{}7", me.segment_prefix())), b"x").unwrap();
     std::fs::write(dir.join("unrelated"), b"x").unwrap();
     assert_eq!(sweep_orphans(&dir), 0);
