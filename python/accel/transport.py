@@ -5,6 +5,8 @@
     >>> arr = transport.get(ref)          # in any process: the array (zero-copy on one host)
     >>> buf = transport.empty((n,), "f4") # write in place into shared memory, then put(buf)
     >>> transport.free(ref)               # or let Ray's tensor transport free it
+    >>> ref = transport.put(array, readers=2)  # a lease: freed after two gets
+    >>> ch = transport.channel("policy")  # versioned weight sync (see accel._channel)
 
 Paths, chosen from where the two ends are (and overridable per call, per reference or with
 ACCEL_TRANSPORT_PATH): ``local`` (same process: the owner's own array), ``shm`` (same host: a
@@ -16,6 +18,7 @@ frees nothing. See README.md ("Tensor transport") for configuration and security
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import secrets
 import threading
@@ -26,15 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _native
-from ._native import (
-    AuthError,
-    BufferFreed,
-    OwnerGone,
-    PoolExhausted,
-    StaleReference,
-    TransportError,
-)
+# The extension module is untyped: its functions are reached through `Any`.
+_native: Any = importlib.import_module("accel._native")
+AuthError: type[Exception] = _native.AuthError
+BufferFreed: type[Exception] = _native.BufferFreed
+OwnerGone: type[Exception] = _native.OwnerGone
+PoolExhausted: type[Exception] = _native.PoolExhausted
+StaleReference: type[Exception] = _native.StaleReference
+TransportError: type[Exception] = _native.TransportError
 
 __all__ = [
     "Ref",
@@ -43,6 +45,7 @@ __all__ = [
     "empty",
     "free",
     "reserve",
+    "channel",
     "stats",
     "prometheus",
     "sweep",
@@ -69,10 +72,11 @@ class Ref:
     segment: str  # the shared-memory segment name
     buffer: int
     nbytes: int
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: Any  # numpy's dtype descriptor: a string like "<f4", or a list for structured dtypes
     kind: str = "numpy"  # "numpy", "torch" or "bytes": what get() hands back
     path: str = "auto"  # a forced path, or "auto"
+    readers: int = 0  # a lease: the buffer frees itself after this many gets (0: until freed)
 
     @property
     def chosen_path(self) -> str:
@@ -119,7 +123,7 @@ def info() -> dict[str, str]:
     return {"owner": st.owner, "host": st.host, "endpoint": st.endpoint}
 
 
-def _root(arr: np.ndarray) -> Any:
+def _root(arr: np.ndarray[Any, Any]) -> Any:
     base = arr
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
@@ -135,24 +139,25 @@ def _forget_pending(key: int, buffer: int) -> None:
             pass
 
 
-def empty(shape, dtype=np.float32) -> np.ndarray:
+def empty(shape: int | tuple[int, ...] | list[int], dtype: Any = np.float32) -> np.ndarray[Any, Any]:
     """A writable array in this owner's shared memory. Fill it, then put() it: no copy.
 
     Dropping it without put() returns its memory to the pool.
     """
     st = _start()
-    dtype = np.dtype(dtype)
-    if dtype.hasobject:
+    dt = np.dtype(dtype)
+    if dt.hasobject:
         raise TypeError("object arrays cannot travel through shared memory")
-    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    dims = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
     buffer, segment, sb = _native.transport_alloc(nbytes)
     st.pending[id(sb)] = (buffer, segment)
     weakref.finalize(sb, _forget_pending, id(sb), buffer)
-    return np.frombuffer(sb, dtype=dtype, count=nbytes // dtype.itemsize if dtype.itemsize else 0).reshape(shape)
+    arr: np.ndarray[Any, Any] = np.frombuffer(sb, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0)
+    return arr.reshape(dims)
 
 
-def _as_array(obj: Any) -> tuple[np.ndarray, str]:
+def _as_array(obj: Any) -> tuple[np.ndarray[Any, Any], str]:
     if isinstance(obj, np.ndarray):
         return obj, "numpy"
     mod = type(obj).__module__
@@ -166,14 +171,19 @@ def _as_array(obj: Any) -> tuple[np.ndarray, str]:
     return np.asarray(memoryview(obj)), "bytes"
 
 
-def put(obj: Any, *, path: str | None = None) -> Ref:
+def put(obj: Any, *, path: str | None = None, readers: int = 0) -> Ref:
     """Publish `obj` (a numpy array, any buffer-protocol object, or a CPU torch tensor).
 
     An array made by empty() is published in place; anything else is copied once into this
     owner's pre-faulted shared-memory pool. Raises PoolExhausted past the pool bound.
+    readers=N leases the buffer to N readers: each get() of the reference, in any process,
+    counts one read once it holds the array (a view it maps keeps its bytes on its own), and
+    the N-th frees the buffer, so no free() is needed; a further get() raises BufferFreed.
     """
     if path is not None and path not in PATHS and path != "auto":
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS} or 'auto'")
+    if not isinstance(readers, int) or isinstance(readers, bool) or not 0 <= readers < 1 << 32:
+        raise ValueError(f"readers must be an int from 0 to 2**32-1, got {readers!r}")
     st = _start()
     arr, kind = _as_array(obj)
     if arr.dtype.hasobject:
@@ -194,7 +204,7 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         view = np.frombuffer(sb, dtype=arr.dtype, count=arr.size).reshape(arr.shape)
         np.copyto(view, arr, casting="no")
     del view
-    _native.transport_publish(buffer)
+    _native.transport_publish(buffer, readers)
     return Ref(
         owner=st.owner,
         host=st.host,
@@ -206,6 +216,7 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         dtype=np.lib.format.dtype_to_descr(arr.dtype),
         kind=kind,
         path=path or "auto",
+        readers=readers,
     )
 
 
@@ -213,21 +224,21 @@ def _path_for(ref: Ref, path: str | None) -> str:
     chosen = path or (ref.path if ref.path != "auto" else None) or os.environ.get("ACCEL_TRANSPORT_PATH") or "auto"
     if chosen == "auto":
         _start()
-        return _native.transport_choose(ref.owner, ref.host)
+        return str(_native.transport_choose(ref.owner, ref.host))
     if chosen not in PATHS:
         raise ValueError(f"unknown path {chosen!r}; expected one of {PATHS} or 'auto'")
     return chosen
 
 
-def _finish(arr: np.ndarray, ref: Ref) -> Any:
+def _finish(arr: np.ndarray[Any, Any], ref: Ref) -> Any:
     if ref.kind == "torch":
-        import torch  # the owner had torch, so the consumer is expected to
+        import torch  # type: ignore[import-not-found]  # the owner had torch, so the consumer is expected to
 
         return torch.from_numpy(arr)
     return arr
 
 
-def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) -> np.ndarray:
+def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype[Any], writable: bool) -> np.ndarray[Any, Any]:
     if chosen == "local":
         if ref.owner != st.owner:
             raise TransportError("path 'local' needs the owner's own process")
@@ -235,11 +246,17 @@ def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) ->
     else:
         sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable)
     count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
-    return np.frombuffer(sb, dtype=dtype, count=count).reshape(ref.shape)
+    arr: np.ndarray[Any, Any] = np.frombuffer(sb, dtype=dtype, count=count)
+    return arr.reshape(ref.shape)
 
 
 def get(
-    ref: Ref, *, path: str | None = None, writable: bool = False, copy: bool = False, out: np.ndarray | None = None
+    ref: Ref,
+    *,
+    path: str | None = None,
+    writable: bool = False,
+    copy: bool = False,
+    out: np.ndarray[Any, Any] | None = None,
 ) -> Any:
     """The referenced array, in any process.
 
@@ -273,7 +290,18 @@ def get(
         _native.transport_record(chosen, 0, 0.0, False)
         raise
     _native.transport_record(chosen, ref.nbytes, time.perf_counter() - t0, True)
+    if ref.readers:
+        _release(ref)
     return _finish(arr, ref)
+
+
+def _release(ref: Ref) -> None:
+    """Counts one read of a leased buffer at its owner (the last read frees it). The caller
+    already holds its copy or its mapping, so the bytes it has stay valid either way."""
+    try:
+        _native.transport_release(ref.owner, ref.endpoint, ref.buffer)
+    except (BufferFreed, OwnerGone):
+        pass  # freed by other means, or its owner is gone: nothing left to count
 
 
 def free(ref: Ref) -> bool:
@@ -295,20 +323,28 @@ def reserve(nbytes: int, count: int = 1) -> None:
         _native.transport_free(_state.owner, _state.endpoint, buffer)
 
 
+def channel(name: str, *, keep: int = 2) -> Any:
+    """A weight-sync channel owned by this process (see `accel._channel.Channel`)."""
+    from ._channel import Channel
+
+    return Channel(name, keep=keep)
+
+
 def stats() -> dict[str, Any]:
     """Per-path transfers, bytes, errors and latency histogram, for each role of this process:
     ``paths`` (what it fetched as a consumer) and ``served`` (what its TCP server sent as the
     owner, errors including failed handshakes and unknown buffers; ``local`` and ``shm`` reads
     never reach the owner, so only their consumer counts them); pool usage of this owner."""
     _start()
-    return _native.transport_stats()
+    stats: dict[str, Any] = _native.transport_stats()
+    return stats
 
 
 def prometheus() -> str:
     """The Prometheus text exposition of stats() (served by the node agent): every transfer
     series is labelled ``path`` and ``role`` (``fetch`` or ``serve``)."""
     _start()
-    return _native.transport_prometheus()
+    return str(_native.transport_prometheus())
 
 
 def shm_dir() -> str:
@@ -317,7 +353,7 @@ def shm_dir() -> str:
 
 def sweep() -> int:
     """Remove shared-memory segments whose owner process has exited; returns how many."""
-    return _native.transport_sweep(shm_dir())
+    return int(_native.transport_sweep(shm_dir()))
 
 
 def trim() -> None:
