@@ -211,7 +211,7 @@ def define_actors():
     @ray.remote(num_cpus=0)
     class Consumer:
         def __init__(self):
-            self.out = None
+            self.out = self.chout = None
 
         def ready(self):
             return True
@@ -252,9 +252,9 @@ def define_actors():
 
         def channel_take(self, ch, stamp, i: int, into: bool = False):
             _, ts, t0 = stamp
-            if into and self.out is None:
-                self.out = {"w": np.empty(ch_size(ch), np.uint8)}
-            with ch.read(out=self.out if into else None) as (version, t):
+            if into and self.chout is None:
+                self.chout = {"w": np.empty(ch_size(ch), np.uint8)}
+            with ch.read(out=self.chout if into else None) as (version, t):
                 t1 = time.perf_counter()
                 assert int(t["w"][-1]) == i % 251
                 checksum(t["w"])
@@ -293,8 +293,8 @@ def timings(rows: list[tuple[float, float, float, float]]) -> dict[str, list[flo
 def bench_same_host(sizes: list[int], iters: dict[int, int], log) -> dict:
     import ray
 
+    Producer, Consumer = define_actors()  # registers the transport: before ray.init
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=4 * GiB)
-    Producer, Consumer = define_actors()
     results: dict = {"sizes": {}}
     try:
         for size in sizes:
@@ -340,8 +340,8 @@ def bench_channel_same_host(size: int, rounds: int, log) -> dict:
     channel against Ray's two patterns (return the array / ray.put it and pass the ref)."""
     import ray
 
+    Producer, Consumer = define_actors()  # registers the transport: before ray.init
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=4 * GiB)
-    Producer, Consumer = define_actors()
     out: dict = {}
     try:
         for system in ["channel", "ray_return", "ray_put"]:
@@ -380,13 +380,13 @@ def bench_cluster(size: int, iters: int, rounds: int, consumers: int, log) -> di
     import ray
     from ray.cluster_utils import Cluster
 
+    Producer, Consumer = define_actors()  # registers the transport (and the secret): before any node starts
     cluster = Cluster()
     store = int(size * 1.6) + 256 * MiB
     cluster.add_node(num_cpus=1, resources={"node1": 1}, object_store_memory=store)
     for n in range(consumers):
         cluster.add_node(num_cpus=1, resources={f"node{n + 2}": 1}, object_store_memory=store)
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-    Producer, Consumer = define_actors()
     tcp = {"env_vars": {"ACCEL_TRANSPORT_PATH": "tcp"}}
     out: dict = {}
     try:
