@@ -25,9 +25,12 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._channel import Channel
 
 # The extension module is untyped: its functions are reached through `Any`.
 _native: Any = importlib.import_module("accel._native")
@@ -323,8 +326,9 @@ def reserve(nbytes: int, count: int = 1) -> None:
         _native.transport_free(_state.owner, _state.endpoint, buffer)
 
 
-def channel(name: str, *, keep: int = 2) -> Any:
-    """A weight-sync channel owned by this process (see `accel._channel.Channel`)."""
+def channel(name: str, *, keep: int = 2) -> Channel:
+    """A weight-sync channel owned by this process, publishing versions of a dict of arrays
+    under `name` and keeping the newest `keep` (see `accel._channel`)."""
     from ._channel import Channel
 
     return Channel(name, keep=keep)
