@@ -394,16 +394,7 @@ def bench_cluster(size: int, iters: int, rounds: int, consumers: int, log) -> di
         cs = [Consumer.options(resources={f"node{n + 2}": 0.01}, runtime_env=tcp).remote() for n in range(consumers)]
         ray.get([p.ready.remote()] + [c.ready.remote() for c in cs])
         c = cs[0]
-        for system in ["accel", "ray"]:  # one to one
-            rows = []
-            for i in range(iters + 1):
-                if system == "accel":
-                    rows.append(ray.get(c.accel_take.remote(p.accel_make.remote(size, i), i, True)))
-                else:
-                    rows.append(ray.get(c.ray_take.remote(p.ray_make.remote(size, i), i)))
-            out[f"one_{system}"] = timings(rows)
-            t = out[f"one_{system}"]
-            log(f"  one to one {system:5}: cold delivered {t['delivered'][0] * 1e3:.0f} ms; warm p50 delivered {statistics.median(t['delivered'][1:]) * 1e3:.0f} ms, e2e {statistics.median(t['e2e'][1:]) * 1e3:.0f} ms")
+        out.update(one_to_one(p, c, size, iters, log, "one to one"))
         for system in ["accel", "ray"]:  # broadcast: every consumer gets the same object
             rows = []
             for i in range(iters + 1):
@@ -517,6 +508,85 @@ def role_fetch(owner_b64: str, iters: dict[int, int]) -> None:
         out[size] = {k: v[1:] for k, v in res.items()}
     s.close()
     print(json.dumps(out), flush=True)
+
+
+RAY_PORT = 6390
+
+
+def one_to_one(p, c, size: int, iters: int, log, label: str) -> dict:
+    """Equal-work rounds node to node: accel streams into the consumer's preallocated array."""
+    import ray
+
+    out = {}
+    for system in ["accel", "ray"]:
+        rows = []
+        for i in range(iters + 1):
+            if system == "accel":
+                rows.append(ray.get(c.accel_take.remote(p.accel_make.remote(size, i), i, True)))
+            else:
+                rows.append(ray.get(c.ray_take.remote(p.ray_make.remote(size, i), i)))
+        out[f"one_{system}"] = t = timings(rows)
+        log(f"  {label} {system:5}: cold delivered {t['delivered'][0] * 1e3:.0f} ms; warm p50 delivered {statistics.median(t['delivered'][1:]) * 1e3:.0f} ms, e2e {statistics.median(t['e2e'][1:]) * 1e3:.0f} ms")
+    return out
+
+
+def role_netns_ray(size: int, iters: int) -> None:
+    """The driver of the Ray cluster spanning the two namespaces (runs in namespace A)."""
+    import ray
+
+    Producer, Consumer = define_actors()
+    ray.init(address=f"{ADDR[0]}:{RAY_PORT}", log_to_driver=False)
+    p = Producer.options(resources={NS[0]: 0.01}).remote()
+    c = Consumer.options(resources={NS[1]: 0.01}, runtime_env={"env_vars": {"ACCEL_TRANSPORT_PATH": "tcp"}}).remote()
+    ray.get([p.ready.remote(), c.ready.remote()])
+    out = one_to_one(p, c, size, iters, lambda m: print(m, file=sys.stderr, flush=True), "netns one to one")
+    ray.shutdown()
+    print(json.dumps(out), flush=True)
+
+
+def bench_netns_ray(size: int, iters: int, log) -> dict:
+    """Ray's object manager against accel across the veth link: a Ray head in namespace A and
+    a worker node in namespace B (`ray start`, each raylet and object store on its own side),
+    the producer on A, the consumer on B. Our Ray processes are found and ended by namespace
+    (`ip netns pids`), never by name: other Ray clusters on the machine are left alone."""
+    netns_up()
+    env = dict(os.environ)
+    env.setdefault("ACCEL_TRANSPORT_SECRET", base64.b16encode(os.urandom(16)).decode())
+    # Ray's token authentication, with a token of this run shared by both nodes and the driver.
+    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": base64.b16encode(os.urandom(32)).decode().lower()})
+    store = str(int(size * 1.6) + 256 * MiB)
+    try:
+        for ns, addr, extra in [(NS[0], ADDR[0], ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]), (NS[1], ADDR[1], [f"--address={ADDR[0]}:{RAY_PORT}"])]:
+            started = subprocess.run(
+                ["ip", "netns", "exec", ns, sys.executable, "-m", "ray.scripts.scripts", "start", f"--node-ip-address={addr}",
+                 "--num-cpus=1", f"--resources={json.dumps({ns: 1})}", f"--object-store-memory={store}", "--disable-usage-stats", *extra],
+                env={**env, "ACCEL_TRANSPORT_BIND": f"{addr}:0"}, capture_output=True, text=True, timeout=240,
+            )
+            if started.returncode != 0:
+                raise RuntimeError(f"ray start in {ns} failed:\n{started.stdout}\n{started.stderr}")
+        driver = subprocess.run(
+            in_ns(NS[0], "--role", "netns-ray", "--size", str(size), "--iters-json", str(iters)),
+            env={**env, "ACCEL_TRANSPORT_BIND": f"{ADDR[0]}:0"}, capture_output=True, text=True, timeout=1800,
+        )
+        for line in driver.stderr.splitlines():
+            if line.startswith("  netns"):
+                log(line)
+        if driver.returncode != 0:
+            raise RuntimeError(f"the driver in {NS[0]} failed:\n{driver.stderr[-3000:]}")
+        return json.loads(driver.stdout.strip().splitlines()[-1])
+    finally:
+        for ns in NS:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (OSError, ValueError):
+                    pass
+        time.sleep(1)
+        netns_down()
+        from accel import transport as T
+
+        T.sweep()
 
 
 def bench_cross_host(sizes: list[int], iters: dict[int, int], log) -> dict:
@@ -738,7 +808,27 @@ def render(res: dict, command: str) -> tuple[str, dict]:
                 f"{g['accel_fresh']:.2f} GB/s | {g['raw_fresh']:.2f} GB/s | {g['accel_fresh'] / g['raw_fresh']:.2f}x |"
             )
         summary["netns"] = worst
-        lines += ["", f"Against raw TCP across veth (worst size, into): {verdict(worst, 0.9)}. Ray across namespaces was not run.", ""]
+        lines += ["", f"Against raw TCP across veth (worst size, into): {verdict(worst, 0.9)}.", ""]
+        nr = res.get("netns_ray")
+        if nr:
+            size = res["netns_ray_size"]
+            q = med(nr["one_ray"]["delivered"][1:]) / med(nr["one_accel"]["delivered"][1:])
+            qe = med(nr["one_ray"]["e2e"][1:]) / med(nr["one_accel"]["e2e"][1:])
+            summary["netns_ray"] = q
+            lines += [
+                f"**Ray across the veth link:** a Ray head (`ray start --head`) in one namespace and a worker node in "
+                f"the other, the producer actor on the first and the consumer on the second; {human(size)}, the same "
+                "equal-work rounds as the cluster above (accel over TCP into a preallocated array).",
+                "",
+                "| system | cold delivered | warm delivered | warm end to end |",
+                "|---|---|---|---|",
+            ]
+            for sysname, key in [("accel", "one_accel"), ("Ray object manager", "one_ray")]:
+                t = nr[key]
+                lines.append(f"| {sysname} | {ms(t['delivered'][0])} | {ms(med(t['delivered'][1:]))} | {ms(med(t['e2e'][1:]))} |")
+            lines += ["", f"Across veth, delivered, Ray / accel: {verdict(q, 2.5)}; end to end {qe:.2f}x.", ""]
+        elif res.get("netns_ray_note"):
+            lines += [f"Ray across the veth link: {res['netns_ray_note']}", ""]
     elif res.get("netns_note"):
         lines += [f"**Cross host (netns + veth):** {res['netns_note']}", ""]
     c = res["ceilings"]
@@ -806,6 +896,8 @@ def main() -> None:
         return raw_server(args.host, args.size, lambda p: print(p, flush=True))
     if args.role == "owner":
         return role_owner([int(s) for s in args.sizes.split(",")])
+    if args.role == "netns-ray":
+        return role_netns_ray(args.size, int(args.iters_json))
     if args.role == "fetch":
         return role_fetch(args.refs, {int(k): v for k, v in json.loads(args.iters_json).items()})
 
@@ -856,6 +948,14 @@ def main() -> None:
         log("== cross host (netns + veth)")
         csizes = [s for s in NETNS_SIZES if s in sizes] or [64 * MiB]
         res["netns"] = bench_cross_host(csizes, {s: (NETNS_ITERS.get(s, 4) if not args.quick else 3) for s in csizes}, log)
+        if not args.no_cluster:
+            log("== cross host with Ray (netns + veth, ray start on each side)")
+            res["netns_ray_size"] = csize
+            try:
+                res["netns_ray"] = bench_netns_ray(csize, 3 if args.quick else 5, log)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                res["netns_ray_note"] = f"failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+                log(f"  {res['netns_ray_note']}")
     command = " ".join(["sudo .venv/bin/python scripts/bench_transport.py", *sys.argv[1:]]).strip()
     res["command"], res["seconds"] = command, time.monotonic() - started
     text, summary = render(res, command)
