@@ -43,6 +43,7 @@ _native: Any = importlib.import_module("accel._native")
 _producers: dict[str, _Producer] = {}
 _producers_lock = threading.Lock()
 _RETRIES = 8
+_MAX_MANIFEST = 64 * 1024 - 8  # one control frame, with the version (MAX_MANIFEST in channel.rs)
 
 
 class _Producer:
@@ -54,40 +55,31 @@ class _Producer:
 
 
 def _encode(version: int, refs: list[tuple[str, _t.Ref]]) -> bytes:
-    items = [
-        {
-            "name": name,
-            "owner": r.owner,
-            "host": r.host,
-            "endpoint": r.endpoint,
-            "segment": r.segment,
-            "buffer": r.buffer,
-            "nbytes": r.nbytes,
-            "shape": list(r.shape),
-            "dtype": r.dtype,
-            "kind": r.kind,
-        }
-        for name, r in refs
-    ]
-    return json.dumps({"version": version, "tensors": items}, separators=(",", ":")).encode()
+    """The manifest: owner, host and endpoint once (every array of a version is the producer's),
+    then one compact row per array, so a version of about 600 arrays fits one control frame."""
+    first = refs[0][1]
+    rows = [[name, r.segment, r.buffer, r.nbytes, list(r.shape), r.dtype, r.kind] for name, r in refs]
+    doc = {"version": version, "owner": first.owner, "host": first.host, "endpoint": first.endpoint, "tensors": rows}
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def _decode(manifest: bytes) -> list[tuple[str, _t.Ref]]:
     doc = json.loads(manifest)
+    owner, host, endpoint = str(doc["owner"]), str(doc["host"]), str(doc["endpoint"])
     out = []
-    for it in doc["tensors"]:
+    for name, segment, buffer, nbytes, shape, dtype, kind in doc["tensors"]:
         ref = _t.Ref(
-            owner=str(it["owner"]),
-            host=str(it["host"]),
-            endpoint=str(it["endpoint"]),
-            segment=str(it["segment"]),
-            buffer=int(it["buffer"]),
-            nbytes=int(it["nbytes"]),
-            shape=tuple(int(x) for x in it["shape"]),
-            dtype=str(it["dtype"]),
-            kind=str(it["kind"]),
+            owner=owner,
+            host=host,
+            endpoint=endpoint,
+            segment=str(segment),
+            buffer=int(buffer),
+            nbytes=int(nbytes),
+            shape=tuple(int(x) for x in shape),
+            dtype=str(dtype),
+            kind=str(kind),
         )
-        out.append((str(it["name"]), ref))
+        out.append((str(name), ref))
     return out
 
 
@@ -152,7 +144,13 @@ class Channel:
                         raise TypeError(f"{name}: channels carry plain numeric arrays, not {a.dtype}")
                     refs.append((name, _t.put(a)))
                 version = p.version + 1
-                _native.transport_channel_publish(self.name, version, _encode(version, refs))
+                manifest = _encode(version, refs)
+                if len(manifest) > _MAX_MANIFEST:
+                    raise ValueError(
+                        f"a version of {len(refs)} arrays needs a {len(manifest)}-byte manifest, over the "
+                        f"{_MAX_MANIFEST}-byte limit: publish fewer, larger arrays (e.g. one flat buffer per bucket)"
+                    )
+                _native.transport_channel_publish(self.name, version, manifest)
             except BaseException:
                 for _, r in refs:
                     _t.free(r)

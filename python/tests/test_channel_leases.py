@@ -138,3 +138,17 @@ except T.TransportError:
         p = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
     ch.close()
+
+
+def test_a_version_of_hundreds_of_arrays_and_a_clear_error_past_the_manifest_limit():
+    ch = T.channel("test-many")
+    before = live()
+    v = ch.publish({f"layer{i}.weight": np.full(4, i, np.float32) for i in range(500)})
+    _, t = ch.latest()
+    assert v == 1 and len(t) == 500 and float(t["layer499.weight"][0]) == 499.0
+    with pytest.raises(ValueError, match="manifest"):
+        ch.publish({f"layer{i}.weight": np.zeros(1, np.float32) for i in range(5000)})
+    assert live() == before + 500  # the failed version freed what it had published
+    assert ch.version == 1
+    ch.close()
+    assert live() == before
