@@ -958,7 +958,8 @@ def main() -> None:
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 res["netns_ray_note"] = f"failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
                 log(f"  {res['netns_ray_note']}")
-    command = " ".join(["sudo .venv/bin/python scripts/bench_transport.py", *sys.argv[1:]]).strip()
+    shown = [a for i, a in enumerate(sys.argv[1:]) if a != "--json" and (i == 0 or sys.argv[i] != "--json")]
+    command = " ".join(["sudo .venv/bin/python scripts/bench_transport.py", *shown]).strip()
     res["command"], res["seconds"] = command, time.monotonic() - started
     text, summary = render(res, command)
     text += f"\n\nWhole run: {res['seconds']:.0f} s."
