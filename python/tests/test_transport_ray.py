@@ -178,8 +178,8 @@ class Looper:
 
     def segments_after_trim(self) -> list:
         T.trim()  # pooled (idle) buffers are this owner's cache, not a leak: drop them
-        mine = "accel-" + T.info()["owner"].rsplit("-", 1)[0] + "-"
-        return [n for n in os.listdir(T.shm_dir()) if n.startswith(mine)]
+        pid, start = T.info()["owner"].split("-")[:2]  # segment names carry the owner's pid and start time
+        return [n for n in os.listdir(T.shm_dir()) if n.startswith("accel-") and f"-{pid}-{start}-" in n]
 
 
 @ray.remote
