@@ -5,6 +5,8 @@
     >>> arr = transport.get(ref)          # in any process: the array (zero-copy on one host)
     >>> buf = transport.empty((n,), "f4") # write in place into shared memory, then put(buf)
     >>> transport.free(ref)               # or let Ray's tensor transport free it
+    >>> ref = transport.put(array, readers=2)  # a lease: freed after two gets
+    >>> ch = transport.channel("policy")  # versioned weight sync (see accel._channel)
 
 Paths, chosen from where the two ends are and how they connect (and overridable per call, per
 reference or with ACCEL_TRANSPORT_PATH): ``local`` (same process: the owner's own array),
@@ -19,13 +21,14 @@ configuration and security.
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import secrets
 import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +43,9 @@ from ._native import (
     TransportError,
 )
 
+if TYPE_CHECKING:
+    from ._channel import Channel
+
 __all__ = [
     "Ref",
     "Route",
@@ -49,6 +55,7 @@ __all__ = [
     "empty",
     "free",
     "reserve",
+    "channel",
     "stats",
     "prometheus",
     "write_metrics",
@@ -95,6 +102,7 @@ class Ref:
     path: str = "auto"  # a forced path, or "auto"
     nixl: bytes = b""  # the NIXL ticket (agent, partial metadata, address) when registered
     device: int = -1  # the accelerator (index in the owner's Machine) holding it; -1: host memory
+    readers: int = 0  # a lease: the buffer frees itself after this many gets (0: until freed)
 
     @property
     def chosen_path(self) -> str:
@@ -181,7 +189,7 @@ def info() -> dict[str, str]:
     return {"owner": st.owner, "host": st.host, "endpoint": st.endpoint}
 
 
-def _root(arr: np.ndarray) -> Any:
+def _root(arr: np.ndarray[Any, Any]) -> Any:
     base = arr
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
@@ -209,16 +217,16 @@ def empty(shape: int | tuple[int, ...] | list[int], dtype: npt.DTypeLike = np.fl
     Dropping it without put() returns its memory to the pool.
     """
     st = _start()
-    dtype = np.dtype(dtype)
-    if dtype.hasobject:
+    dt = np.dtype(dtype)
+    if dt.hasobject:
         raise TypeError("object arrays cannot travel through shared memory")
-    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    dims = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
     buffer, segment, sb = _native.transport_alloc(nbytes)
     st.pending[id(sb)] = (buffer, segment)
     weakref.finalize(sb, _forget_pending, id(sb), buffer)
-    count = nbytes // dtype.itemsize if dtype.itemsize else 0
-    return np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(shape)
+    count = nbytes // dt.itemsize if dt.itemsize else 0
+    return np.frombuffer(_buf(sb), dtype=dt, count=count).reshape(dims)
 
 
 def _dlpack_host(obj: Any) -> None:
@@ -235,7 +243,7 @@ def _dlpack_host(obj: Any) -> None:
         )
 
 
-def _as_array(obj: Any) -> tuple[np.ndarray, str]:
+def _as_array(obj: Any) -> tuple[np.ndarray[Any, Any], str]:
     if isinstance(obj, np.ndarray):
         return obj, "numpy"
     mod = type(obj).__module__
@@ -250,14 +258,19 @@ def _as_array(obj: Any) -> tuple[np.ndarray, str]:
     return np.asarray(memoryview(obj)), "bytes"
 
 
-def put(obj: Any, *, path: str | None = None) -> Ref:
+def put(obj: Any, *, path: str | None = None, readers: int = 0) -> Ref:
     """Publish `obj` (a numpy array, any buffer-protocol object, or a CPU torch tensor).
 
     An array made by empty() is published in place; anything else is copied once into this
     owner's pre-faulted shared-memory pool. Raises PoolExhausted past the pool bound.
+    readers=N leases the buffer to N readers: each get() of the reference, in any process,
+    counts one read once it holds the array (a view it maps keeps its bytes on its own), and
+    the N-th frees the buffer, so no free() is needed; a further get() raises BufferFreed.
     """
     if path is not None and path not in PATHS and path != "auto":
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS} or 'auto'")
+    if not isinstance(readers, int) or isinstance(readers, bool) or not 0 <= readers < 1 << 32:
+        raise ValueError(f"readers must be an int from 0 to 2**32-1, got {readers!r}")
     st = _start()
     arr, kind = _as_array(obj)
     if arr.dtype.hasobject:
@@ -281,7 +294,7 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
     if arr.nbytes and (path == "nixl" or os.environ.get("ACCEL_TRANSPORT_NIXL") == "1"):
         ticket = _nixl_ticket(st, view)
     del view
-    _native.transport_publish(buffer)
+    _native.transport_publish(buffer, readers)
     return Ref(
         owner=st.owner,
         host=st.host,
@@ -294,6 +307,7 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         kind=kind,
         path=path or "auto",
         nixl=ticket,
+        readers=readers,
     )
 
 
@@ -344,7 +358,7 @@ def _path_for(ref: Ref, path: str | None, count: bool = False) -> str:
     return chosen
 
 
-def _finish(arr: np.ndarray, ref: Ref) -> Any:
+def _finish(arr: np.ndarray[Any, Any], ref: Ref) -> Any:
     if ref.kind == "torch":
         import torch  # type: ignore[import-not-found, unused-ignore]  # the owner had torch, so the consumer is expected to
 
@@ -352,7 +366,7 @@ def _finish(arr: np.ndarray, ref: Ref) -> Any:
     return arr  # numpy arrays export __dlpack__: torch/cupy/jax.from_dlpack take them zero-copy
 
 
-def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) -> np.ndarray:
+def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype[Any], writable: bool) -> np.ndarray[Any, Any]:
     if chosen == "local":
         if ref.owner != st.owner:
             raise TransportError("path 'local' needs the owner's own process")
@@ -365,7 +379,12 @@ def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) ->
 
 
 def get(
-    ref: Ref, *, path: str | None = None, writable: bool = False, copy: bool = False, out: np.ndarray | None = None
+    ref: Ref,
+    *,
+    path: str | None = None,
+    writable: bool = False,
+    copy: bool = False,
+    out: np.ndarray[Any, Any] | None = None,
 ) -> Any:
     """The referenced array, in any process.
 
@@ -402,6 +421,8 @@ def get(
         _native.transport_record(chosen, 0, 0.0, False)
         raise
     _native.transport_record(chosen, ref.nbytes, time.perf_counter() - t0, True)
+    if ref.readers:
+        _release(ref)
     return _finish(arr, ref)
 
 
@@ -428,6 +449,15 @@ def _get_nixl(ref: Ref, st: _State, arr: np.ndarray) -> None:
     _native.transport_check(ref.owner, ref.endpoint, ref.buffer)
 
 
+def _release(ref: Ref) -> None:
+    """Counts one read of a leased buffer at its owner (the last read frees it). The caller
+    already holds its copy or its mapping, so the bytes it has stay valid either way."""
+    try:
+        _native.transport_release(ref.owner, ref.endpoint, ref.buffer)
+    except (BufferFreed, OwnerGone):
+        pass  # freed by other means, or its owner is gone: nothing left to count
+
+
 def free(ref: Ref) -> bool:
     """Release the buffer (from any process). False if it was already freed or its owner is gone."""
     _start()
@@ -447,20 +477,29 @@ def reserve(nbytes: int, count: int = 1) -> None:
         _native.transport_free(_state.owner, _state.endpoint, buffer)
 
 
+def channel(name: str, *, keep: int = 2) -> Channel:
+    """A weight-sync channel owned by this process, publishing versions of a dict of arrays
+    under `name` and keeping the newest `keep` (see `accel._channel`)."""
+    from ._channel import Channel
+
+    return Channel(name, keep=keep)
+
+
 def stats() -> dict[str, Any]:
     """Per-path transfers, bytes, errors and latency histogram, for each role of this process:
     ``paths`` (what it fetched as a consumer) and ``served`` (what its TCP server sent as the
     owner, errors including failed handshakes and unknown buffers; ``local`` and ``shm`` reads
     never reach the owner, so only their consumer counts them); pool usage of this owner."""
     _start()
-    return _native.transport_stats()
+    stats: dict[str, Any] = _native.transport_stats()
+    return stats
 
 
 def prometheus() -> str:
     """The Prometheus text exposition of stats() (served by the node agent): every transfer
     series is labelled ``path`` and ``role`` (``fetch`` or ``serve``)."""
     _start()
-    return _native.transport_prometheus()
+    return str(_native.transport_prometheus())
 
 
 def write_metrics(directory: str) -> str:
@@ -484,7 +523,7 @@ def shm_dir() -> str:
 
 def sweep() -> int:
     """Remove shared-memory segments whose owner process has exited; returns how many."""
-    return _native.transport_sweep(shm_dir())
+    return int(_native.transport_sweep(shm_dir()))
 
 
 def trim() -> None:

@@ -115,10 +115,46 @@ fn transport_alloc(py: Python<'_>, nbytes: u64) -> PyResult<(u64, String, Shared
     Ok((a.buffer, a.segment, buf))
 }
 
-/// Makes a buffer readable by other processes.
+/// Makes a buffer readable by other processes; with `readers` > 0 it frees itself after that
+/// many reads have been released (`transport_release`).
 #[pyfunction]
-fn transport_publish(buffer: u64) -> PyResult<()> {
-    started()?.arena().publish(buffer).map_err(transport_error)
+#[pyo3(signature = (buffer, readers=0))]
+fn transport_publish(buffer: u64, readers: u32) -> PyResult<()> {
+    started()?.publish_leased(buffer, readers).map_err(transport_error)
+}
+
+/// Records one finished read of a leased buffer (at its owner); returns whether it was the
+/// last, which freed the buffer.
+#[pyfunction]
+fn transport_release(py: Python<'_>, owner: String, endpoint: String, buffer: u64) -> PyResult<bool> {
+    let t = started()?;
+    let d = descriptor(owner, endpoint, String::new(), buffer, 0);
+    py.detach(|| t.release(&d)).map_err(transport_error)
+}
+
+/// Reads this owner still expects of one of its leased buffers (`None`: not leased).
+#[pyfunction]
+fn transport_lease_left(buffer: u64) -> PyResult<Option<u32>> {
+    Ok(started()?.lease_left(buffer))
+}
+
+/// Records `manifest` as version `version` of this owner's channel `name`.
+#[pyfunction]
+fn transport_channel_publish(name: &str, version: u64, manifest: Vec<u8>) -> PyResult<()> {
+    started()?.channel_publish(name, version, manifest).map_err(transport_error)
+}
+
+/// The latest `(version, manifest)` of channel `name` of `owner`, or `None` before its first.
+#[pyfunction]
+fn transport_channel_latest(
+    py: Python<'_>,
+    owner: String,
+    endpoint: String,
+    name: String,
+) -> PyResult<Option<(u64, pyo3::Py<pyo3::types::PyBytes>)>> {
+    let t = started()?;
+    let got = py.detach(|| t.channel_latest(&owner, &endpoint, &name)).map_err(transport_error)?;
+    Ok(got.map(|(v, m)| (v, pyo3::types::PyBytes::new(py, &m).unbind())))
 }
 
 /// A view of this owner's own published buffer (the local path: no copy).
@@ -331,6 +367,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transport_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(transport_publish, m)?)?;
     m.add_function(wrap_pyfunction!(transport_free, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_release, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_lease_left, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_channel_publish, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_channel_latest, m)?)?;
     m.add_function(wrap_pyfunction!(transport_local, m)?)?;
     m.add_function(wrap_pyfunction!(transport_open_shm, m)?)?;
     m.add_function(wrap_pyfunction!(transport_fetch_tcp, m)?)?;

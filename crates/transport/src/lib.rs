@@ -6,14 +6,17 @@
 
 mod auth;
 mod backend;
+mod channel;
 mod config;
 mod conn;
+mod control;
 #[cfg(feature = "cuda-ipc")]
 pub mod cuda_ipc;
 mod error;
 mod forkguard;
 pub mod frame;
 mod identity;
+mod lease;
 mod metrics;
 mod node;
 pub mod route;
@@ -23,9 +26,12 @@ mod tcp;
 
 pub use auth::{client_handshake, server_handshake, SECRET_MIN_LEN};
 pub use backend::{backends, Backend, Descriptor, Path};
+pub use channel::{Channels, MAX_MANIFEST};
 pub use config::Config;
+pub use control::Control;
 pub use error::{Error, Result};
 pub use identity::{host_id, pid_namespace, process_alive, Identity};
+pub use lease::Leases;
 pub use metrics::{Metrics, PathStats, Role, BUCKETS};
 pub use node::Transport;
 pub use shm::{size_class, sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats, SEGMENT_PREFIX};

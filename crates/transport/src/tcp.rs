@@ -6,6 +6,8 @@
 //! After the handshake a connection beyond loopback is wrapped in the AEAD record layer
 //! (`secure`, through `Conn`); on loopback the owner splices segment pages with `sendfile` and
 //! keeps them from recycling until the consumer confirms it received them (`Received`).
+//! A `Get` may name a range: a striped fetch is one ranged `Get` per connection, each one an
+//! authenticated `Conn` (encrypted beyond loopback) confirmed with its own `Received`.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -19,6 +21,7 @@ use crate::auth::{client_handshake, server_handshake};
 use crate::backend::Path;
 use crate::config::Config;
 use crate::conn::Conn;
+use crate::control::Control;
 use crate::error::{io, Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
 use crate::metrics::Metrics;
@@ -42,6 +45,7 @@ struct Shared {
     secret: Vec<u8>,
     owner: String,
     arena: Arc<Arena>,
+    control: Arc<Control>,
     metrics: Arc<Metrics>,
     max_frame: u32,
     sendfile: bool,
@@ -53,8 +57,15 @@ struct Shared {
 
 impl Server {
     /// Binds `cfg.bind` and serves `arena`'s published buffers to authenticated clients,
-    /// counting what it serves, and every failure, in `metrics` (path `tcp`, role `serve`).
-    pub fn start(cfg: &Config, owner: &str, arena: Arc<Arena>, metrics: Arc<Metrics>) -> Result<Server> {
+    /// counting what it serves, and every failure, in `metrics` (path `tcp`, role `serve`);
+    /// control requests (free, lease release, channel look-up) go to `control`.
+    pub fn start(
+        cfg: &Config,
+        owner: &str,
+        arena: Arc<Arena>,
+        control: Arc<Control>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Server> {
         let listener = TcpListener::bind(cfg.bind).map_err(io(format!("bind {}", cfg.bind)))?;
         let addr = listener.local_addr().map_err(io("listener address"))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -62,6 +73,7 @@ impl Server {
             secret: cfg.secret.clone(),
             owner: owner.to_string(),
             arena,
+            control,
             metrics,
             max_frame: cfg.max_frame,
             sendfile: cfg.sendfile,
@@ -162,14 +174,10 @@ fn serve(mut tcp: TcpStream, sh: &Shared) -> Result<()> {
                     None => frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?,
                 }
             }
-            Kind::Free => {
-                let buffer = frame::u64_at(&payload, 0)?;
-                match sh.arena.free(buffer) {
-                    Ok(()) => frame::write(s, Kind::Freed, &[])?,
-                    Err(_) => {
-                        frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?
-                    }
-                }
+            k if Control::handles(k) => {
+                // Free, Release and Latest: reached only after the handshake above.
+                let (kind, reply) = sh.control.answer(k, &payload, &sh.arena, &sh.owner)?;
+                frame::write(s, kind, &reply)?;
             }
             other => {
                 let msg = format!("unexpected {other:?} frame");
@@ -199,10 +207,13 @@ fn next_request(s: &mut Conn) -> Result<Option<(Kind, Vec<u8>)>> {
     frame::read(&mut (&first[..]).chain(&mut *s), MAX_CONTROL).map(Some)
 }
 
-/// Answers one `Get`: streams the buffer and returns its length, or answers an `Err` frame
-/// (unknown buffer, length mismatch) and returns `None`. `Err` when the connection failed.
+/// Answers one `Get`: streams the buffer (or the range the request names) and returns the bytes
+/// sent, or answers an `Err` frame (unknown buffer, length mismatch, range outside the buffer)
+/// and returns `None`. `Err` when the connection failed.
 fn serve_get(s: &mut Conn, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
     let (buffer, want) = (frame::u64_at(payload, 0)?, frame::u64_at(payload, 8)?);
+    let range =
+        if payload.len() >= 32 { Some((frame::u64_at(payload, 16)?, frame::u64_at(payload, 24)?)) } else { None };
     match sh.arena.lookup_file(buffer) {
         None => {
             frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published")).map(|()| None)
@@ -210,14 +221,19 @@ fn serve_get(s: &mut Conn, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
         Some((_, len, _)) if len != want => {
             frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "length mismatch")).map(|()| None)
         }
+        Some((_, len, _)) if range.is_some_and(|(at, n)| at.checked_add(n).is_none_or(|end| end > len)) => {
+            frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "range outside the buffer")).map(|()| None)
+        }
         Some((map, len, file)) => {
-            // SAFETY: `map` keeps the mapping alive; it is at least `len` bytes.
-            let data = unsafe { std::slice::from_raw_parts(map.as_ptr(), len as usize) };
+            let (at, n) = range.unwrap_or((0, len));
+            // SAFETY: `map` keeps the mapping alive; it is at least `len` >= `at + n` bytes.
+            let data = unsafe { std::slice::from_raw_parts(map.as_ptr().add(at as usize), n as usize) };
             let splice = sh.sendfile && s.plain().is_some();
-            if send(s, data, splice.then_some(&file), sh.max_frame as usize)? {
+            if send(s, data, splice.then_some(&file), at as usize, sh.max_frame as usize)? {
                 // `sendfile` queued references to the segment's pages, not copies, and on
                 // loopback they sit in the consumer's receive queue until it reads them: keep the
-                // buffer (`map`) from being recycled until the consumer confirms it has them all.
+                // buffer (`map`) from being recycled until the consumer confirms it has them all
+                // (a ranged request, one stream of a striped fetch, confirms its own range).
                 // A consumer that stalls past the drain timeout is cut off, and the buffer is
                 // retired (never recycled), so it can never read recycled bytes.
                 if !await_received(s, sh.drain_timeout)? {
@@ -227,15 +243,16 @@ fn serve_get(s: &mut Conn, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
                 }
             }
             drop(map);
-            Ok(Some(len))
+            Ok(Some(n))
         }
     }
 }
 
-/// Streams `data` (the contents of `file` from offset 0) as Ok, Data..., End. Large chunks go
-/// out with `sendfile`, which hands the socket the segment's pages without a user-space copy;
-/// where the file system cannot, it falls back to plain writes. Returns whether it spliced.
-fn send(s: &mut Conn, data: &[u8], file: Option<&std::fs::File>, chunk: usize) -> Result<bool> {
+/// Streams `data` (the contents of `file` from offset `base`) as Ok, Data..., End: every byte a
+/// server sends passes through here. Large chunks go out with `sendfile`, which hands the socket
+/// the segment's pages without a user-space copy; where the file system cannot, it falls back to
+/// plain writes. Returns whether it spliced.
+fn send(s: &mut Conn, data: &[u8], file: Option<&std::fs::File>, base: usize, chunk: usize) -> Result<bool> {
     let total = (data.len() as u64).to_le_bytes();
     if data.len() <= SMALL.min(chunk) {
         let mut out = frame::encode(Kind::Ok, &total);
@@ -248,7 +265,7 @@ fn send(s: &mut Conn, data: &[u8], file: Option<&std::fs::File>, chunk: usize) -
     let mut zero_copy = file.is_some();
     for (i, piece) in data.chunks(chunk).enumerate() {
         s.write_all(&frame::header(Kind::Data, piece.len())).map_err(io("send"))?;
-        let at = i * chunk;
+        let at = base + i * chunk;
         if zero_copy {
             let tcp = s.plain().expect("zero-copy only on a plain connection");
             match send_file(tcp, file.expect("zero_copy implies a file"), at, piece.len()) {
@@ -400,9 +417,64 @@ impl Client {
 
     /// Streams published buffer `buffer` of `owner` into `dst` (exactly its length).
     pub fn fetch(&self, endpoint: &str, owner: &str, buffer: u64, dst: &mut [u8]) -> Result<()> {
+        self.fetch_range(endpoint, owner, buffer, dst.len() as u64, None, dst)
+    }
+
+    /// Like `fetch`, over `streams` connections at once, each streaming one contiguous part of
+    /// the buffer (whole 4 MiB pieces) straight into its part of `dst`: on a fast link one TCP
+    /// stream is bound by the one core that copies it out of the socket. Small buffers, and
+    /// `streams <= 1`, take one stream.
+    pub fn fetch_striped(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        buffer: u64,
+        dst: &mut [u8],
+        streams: usize,
+    ) -> Result<()> {
+        const PIECE: usize = 4 << 20;
+        let total = dst.len();
+        let streams = streams.min(total / (4 * PIECE)).max(1);
+        if streams == 1 {
+            return self.fetch(endpoint, owner, buffer, dst);
+        }
+        let part = total.div_ceil(streams).div_ceil(PIECE) * PIECE;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = dst
+                .chunks_mut(part)
+                .enumerate()
+                .map(|(i, piece)| {
+                    let at = (i * part) as u64;
+                    scope.spawn(move || self.fetch_range(endpoint, owner, buffer, total as u64, Some(at), piece))
+                })
+                .collect();
+            // Every stream is joined (so `dst` is no longer borrowed) before the first error wins.
+            let results: Vec<Result<()>> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Protocol("a stream thread panicked".into()))))
+                .collect();
+            results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+        })
+    }
+
+    /// Streams `dst.len()` bytes of buffer `buffer` (of `total` bytes) from offset `at` (`None`:
+    /// the whole buffer, in the form owners before ranges understand) into `dst`.
+    fn fetch_range(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        buffer: u64,
+        total: u64,
+        at: Option<u64>,
+        dst: &mut [u8],
+    ) -> Result<()> {
         self.with_conn(endpoint, owner, |s| {
             let mut req = buffer.to_le_bytes().to_vec();
-            req.extend_from_slice(&(dst.len() as u64).to_le_bytes());
+            req.extend_from_slice(&total.to_le_bytes());
+            if let Some(at) = at {
+                req.extend_from_slice(&at.to_le_bytes());
+                req.extend_from_slice(&(dst.len() as u64).to_le_bytes());
+            }
             frame::write(s, Kind::Get, &req)?;
             let ok = match frame::read(s, MAX_CONTROL)? {
                 (Kind::Ok, p) => p,
@@ -412,31 +484,30 @@ impl Client {
                 (Kind::Err, p) => return Err(frame::remote_error(&p)),
                 (k, _) => return Err(Error::Protocol(format!("expected Ok, got {k:?}"))),
             };
-            let total = frame::u64_at(&ok, 0)?;
-            if total != dst.len() as u64 {
-                return Err(Error::Protocol(format!("owner announced {total} bytes, expected {}", dst.len())));
+            let announced = frame::u64_at(&ok, 0)?;
+            if announced != dst.len() as u64 {
+                return Err(Error::Protocol(format!("owner announced {announced} bytes, expected {}", dst.len())));
             }
-            let mut at = 0usize;
-            loop {
-                // Data lands in `dst`, which the reference sized before any frame arrived: a
-                // declared length is checked against the room left there before a byte is read
-                // (so owners with another chunk size interoperate).
-                let (kind, len) = frame::read_header(s, u32::MAX)?;
-                match kind {
-                    Kind::Data if len as usize <= dst.len() - at => {
-                        s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
-                        at += len as usize;
-                    }
-                    Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),
-                    Kind::End if at == dst.len() && len == 0 => {
-                        // Tell the owner every byte is here: it may now recycle spliced pages.
-                        // Best effort: every byte did arrive; a broken connection shows (and is
-                        // replaced) on its next use.
-                        let _ = frame::write(s, Kind::Received, &[]);
-                        return Ok(());
-                    }
-                    k => return Err(Error::Protocol(format!("unexpected {k:?} frame mid-stream"))),
-                }
+            receive(s, dst)
+        })
+    }
+
+    /// Sends one control request (`Release`, `Latest`, ...) to `owner` and returns its reply
+    /// frame; an `Err` reply with the `FREED` code is `not_there`, other `Err` replies their error.
+    pub fn request(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        kind: Kind,
+        payload: &[u8],
+        not_there: impl Fn() -> Error,
+    ) -> Result<(Kind, Vec<u8>)> {
+        self.with_conn(endpoint, owner, |s| {
+            frame::write(s, kind, payload)?;
+            match frame::read(s, MAX_CONTROL)? {
+                (Kind::Err, p) if p.first() == Some(&code::FREED) => Err(not_there()),
+                (Kind::Err, p) => Err(frame::remote_error(&p)),
+                reply => Ok(reply),
             }
         })
     }
@@ -470,6 +541,32 @@ impl Client {
     /// Drops the cached connections.
     pub fn clear(&self) {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// Receives a stream's `Data` frames into `dst` until its `End`: every data byte a client
+/// receives passes through here. Data lands in `dst`, which the reference sized before any frame
+/// arrived: a declared length is checked against the room left there before a byte is read (so
+/// owners with another chunk size interoperate). After the `End` it tells the owner every byte
+/// is here (`Received`): only then may the owner recycle pages it spliced into the socket.
+fn receive(s: &mut Conn, dst: &mut [u8]) -> Result<()> {
+    let mut at = 0usize;
+    loop {
+        let (kind, len) = frame::read_header(s, u32::MAX)?;
+        match kind {
+            Kind::Data if len as usize <= dst.len() - at => {
+                s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
+                at += len as usize;
+            }
+            Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),
+            Kind::End if at == dst.len() && len == 0 => {
+                // Best effort: every byte did arrive; a broken connection shows (and is
+                // replaced) on its next use.
+                let _ = frame::write(s, Kind::Received, &[]);
+                return Ok(());
+            }
+            k => return Err(Error::Protocol(format!("unexpected {k:?} frame mid-stream"))),
+        }
     }
 }
 
