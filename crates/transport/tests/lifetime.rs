@@ -1,6 +1,7 @@
 //! Regression tests of the transport's lifetime bugs and of its encrypted connections: a
 //! consumer that stalls past the drain timeout, sweeps across pid namespaces, and frames sent
-//! beyond loopback (here: loopback with encryption forced, the same code path).
+//! beyond loopback (here: loopback with encryption forced, the same code path), including the
+//! striped fetches, lease releases and channel manifests that ride on them.
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -152,4 +153,99 @@ fn encrypted_connections_carry_data_and_refuse_plaintext_frames() {
     consumer2.check(&d).unwrap();
     consumer2.free(&d).unwrap();
     assert!(matches!(consumer2.check(&d), Err(Error::Freed { .. })));
+}
+
+fn publish_leased(t: &Transport, data: &[u8], readers: u32) -> Descriptor {
+    let a = t.arena().alloc(data.len() as u64).unwrap();
+    // SAFETY: the allocation is at least `data.len()` bytes and nobody else sees it yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), a.map.as_mut_ptr(), data.len())
+    };
+    t.publish_leased(a.buffer, readers).unwrap();
+    Descriptor {
+        owner: t.owner().into(),
+        host: t.host().into(),
+        endpoint: t.endpoint().into(),
+        segment: a.segment,
+        buffer: a.buffer,
+        len: data.len() as u64,
+    }
+}
+
+fn tcp_serve_errors(t: &Transport) -> u64 {
+    t.metrics()
+        .snapshot()
+        .iter()
+        .filter(|s| s.path == accel_transport::Path::Tcp && s.role == accel_transport::Role::Serve)
+        .map(|s| s.errors)
+        .sum()
+}
+
+/// Issue 12's streaming paths over issue 13's connections: striped (ranged) fetches, lease
+/// releases and channel manifests all run through the encrypted `Conn` when encryption is on,
+/// and a plaintext client after the handshake can neither release a lease nor read a manifest.
+#[test]
+fn striped_fetches_leases_and_channels_run_encrypted() {
+    let mut cfg = config("enc-streams");
+    cfg.encrypt_loopback = true;
+    let owner = Transport::start(cfg).unwrap();
+    let mut ccfg = config("enc-streams-c");
+    ccfg.encrypt_loopback = true;
+    ccfg.streams = 4;
+    let consumer = Transport::start(ccfg).unwrap();
+    let data: Vec<u8> = (0..(33 << 20) + 4097).map(|i| (i * 13 % 251) as u8).collect();
+    let d = publish_leased(&owner, &data, 2);
+    let mut got = vec![0u8; data.len()];
+    consumer.fetch_tcp(&d, &mut got).unwrap();
+    assert!(got == data, "a striped fetch over encrypted connections delivers the buffer");
+    assert!(!consumer.release(&d).unwrap(), "one of two reads, released over an encrypted connection");
+    owner.channel_publish("policy", 7, b"manifest-v7".to_vec()).unwrap();
+    assert_eq!(
+        consumer.channel_latest(owner.owner(), owner.endpoint(), "policy").unwrap(),
+        Some((7, b"manifest-v7".to_vec()))
+    );
+    // Plaintext frames after the handshake: refused, nothing released, nothing leaked.
+    for (kind, payload) in [(Kind::Release, d.buffer.to_le_bytes().to_vec()), (Kind::Latest, b"policy".to_vec())] {
+        let mut s = TcpStream::connect(owner.endpoint()).unwrap();
+        client_handshake(&mut s, SECRET).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        frame::write(&mut s, kind, &payload).unwrap();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+        assert!(!sink.windows(11).any(|w| w == b"manifest-v7"), "a plaintext {kind:?} read the manifest");
+    }
+    assert_eq!(owner.lease_left(d.buffer), Some(1), "an injected plaintext Release counted a read");
+    assert!(consumer.release(&d).unwrap(), "the last read frees the buffer");
+    assert!(owner.arena().lookup(d.buffer).is_none());
+}
+
+/// On loopback the owner splices every range of a striped fetch with `sendfile`; each stream's
+/// consumer confirms with `Received`, so none is cut off at the drain timeout and the buffer
+/// recycles (a missing confirmation would retire it and count a serve error).
+#[test]
+fn every_stream_of_a_striped_fetch_confirms_its_range() {
+    let mut cfg = config("striped-recv");
+    cfg.drain_timeout = Duration::from_millis(2000);
+    let owner = Transport::start(cfg).unwrap();
+    let mut ccfg = config("striped-recv-c");
+    ccfg.streams = 4;
+    let consumer = Transport::start(ccfg).unwrap();
+    let data: Vec<u8> = (0..(32 << 20) + 5).map(|i| (i * 3 % 241) as u8).collect();
+    let d = publish(&owner, &data);
+    let mut got = vec![0u8; data.len()];
+    for _ in 0..3 {
+        got.fill(0);
+        consumer.fetch_tcp(&d, &mut got).unwrap();
+        assert!(got == data);
+    }
+    // Give the owner's connection threads the drain timeout to act, had a confirmation been lost.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(tcp_serve_errors(&owner), 0, "a stream was cut off waiting for its Received");
+    owner.arena().free(d.buffer).unwrap();
+    let pool = owner.pool();
+    assert!(
+        pool.held_bytes + pool.idle_bytes >= data.len() as u64,
+        "a confirmed buffer goes back to the pool: {pool:?}"
+    );
 }
