@@ -60,3 +60,10 @@ if os.path.exists(path) and len(nv) > 1:
     print("GPU-to-GPU classes agree with nvidia-smi topo -m")
 PY
 echo "== device check passed; evidence in $OUT"
+
+# The transport's GPU paths (CUDA IPC, NIXL VRAM, the path choice on this topology); skip with
+# ACCEL_DEVICE_CHECK_TRANSPORT=0.
+if [ "${ACCEL_DEVICE_CHECK_TRANSPORT:-1}" = 1 ]; then
+  echo "== transport GPU paths"
+  OUT="$OUT" bash scripts/device-check-gpu-paths.sh
+fi

@@ -14,5 +14,12 @@ if ! .venv/bin/python -c "import ray, numpy, pytest, mypy" >/dev/null 2>&1 || [ 
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r python/requirements-dev.txt
 fi
+# NIXL (the transport's nixl path): the nixl-cu12 wheel alone, without its dependencies. The
+# `nixl` meta-package would pull in torch and the CUDA libraries (~6 GB); the wheel bundles UCX
+# and needs only numpy, and moves host memory without a GPU.
+if ! .venv/bin/python -c "import nixl_cu12" >/dev/null 2>&1; then
+  echo "== installing nixl-cu12 (--no-deps) into .venv"
+  .venv/bin/python -m pip install -q --no-deps "nixl-cu12==1.5.1"
+fi
 echo "== building the accel extension into .venv (maturin, profile pyext)"
 VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop -q

@@ -9,13 +9,16 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the tests use: hwloc (lstopo, the discovery cross-check); slurmctld, slurmd
 # and scontrol (the Slurm export's real-daemon test); chromium (the agent dashboard's headless
-# browser test).
+# browser test); tcpdump and iproute2 (the transport's packet capture across two network
+# namespaces).
 missing=()
 command -v lstopo >/dev/null 2>&1 || missing+=(hwloc)
 command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
 command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
 command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if ((${#missing[@]})); then
   echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -5,29 +5,35 @@
     >>> arr = transport.get(ref)          # in any process: the array (zero-copy on one host)
     >>> buf = transport.empty((n,), "f4") # write in place into shared memory, then put(buf)
     >>> transport.free(ref)               # or let Ray's tensor transport free it
+    >>> ref = transport.put(array, readers=2)  # a lease: freed after two gets
+    >>> ch = transport.channel("policy")  # versioned weight sync (see accel._channel)
 
-Paths, chosen from where the two ends are (and overridable per call, per reference or with
-ACCEL_TRANSPORT_PATH): ``local`` (same process: the owner's own array), ``shm`` (same host: a
-read-only mapping of the owner's shared-memory segment), ``tcp`` (other hosts: an authenticated
-stream). Buffers live until freed or until their owner exits; a reference object going away
-frees nothing. See README.md ("Tensor transport") for configuration and security.
+Paths, chosen from where the two ends are and how they connect (and overridable per call, per
+reference or with ACCEL_TRANSPORT_PATH): ``local`` (same process: the owner's own array),
+``shm`` (same host: a read-only mapping of the owner's shared-memory segment), ``tcp`` (other
+hosts: an authenticated stream, encrypted beyond loopback), ``nixl`` (a one-sided NIXL read;
+opt-in on the owner: ``put(x, path="nixl")`` or ACCEL_TRANSPORT_NIXL=1). ``route(ref)`` says
+which path a reference takes and why. Buffers live until freed or until their owner exits; a
+reference object going away frees nothing. See README.md ("Tensor transport") for
+configuration and security.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import secrets
 import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _native
+from . import _native, _nixl
 from ._native import (
     AuthError,
     BufferFreed,
@@ -37,13 +43,19 @@ from ._native import (
     TransportError,
 )
 
+if TYPE_CHECKING:
+    from ._channel import Channel
+
 __all__ = [
     "Ref",
+    "Route",
+    "route",
     "put",
     "get",
     "empty",
     "free",
     "reserve",
+    "channel",
     "stats",
     "prometheus",
     "write_metrics",
@@ -58,7 +70,20 @@ __all__ = [
 ]
 
 SECRET_VAR = "ACCEL_TRANSPORT_SECRET"
-PATHS = ("local", "shm", "tcp")
+SECRET_FILE_VAR = "ACCEL_TRANSPORT_SECRET_FILE"
+PATHS = ("local", "shm", "tcp", "nixl")
+# DLPack device types that are host memory (kDLCPU, kDLCUDAHost, kDLROCMHost).
+_DLPACK_HOST = (1, 3, 11)
+
+
+@dataclass(frozen=True)
+class Route:
+    """The path a reference takes to this process, the reason code (a metric label) and the
+    topology facts behind it in words."""
+
+    path: str
+    reason: str
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -73,13 +98,21 @@ class Ref:
     nbytes: int
     shape: tuple[int, ...]
     dtype: Any  # numpy's dtype descriptor: a string like "<f4", or a list for structured dtypes
-    kind: str = "numpy"  # "numpy", "torch" or "bytes": what get() hands back
+    kind: str = "numpy"  # "numpy", "torch", "dlpack" or "bytes": what get() hands back
     path: str = "auto"  # a forced path, or "auto"
+    nixl: bytes = b""  # the NIXL ticket (agent, partial metadata, address) when registered
+    device: int = -1  # the accelerator (index in the owner's Machine) holding it; -1: host memory
+    readers: int = 0  # a lease: the buffer frees itself after this many gets (0: until freed)
 
     @property
     def chosen_path(self) -> str:
         """The path get() takes for this reference in the calling process."""
         return _path_for(self, None)
+
+    @property
+    def route(self) -> Route:
+        """The path get() takes here, and why (see route() for device memory and topology)."""
+        return route(self)
 
 
 class _State:
@@ -101,16 +134,51 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+def secret_file() -> str:
+    """Where this node's cluster secret lives: ACCEL_TRANSPORT_SECRET_FILE, by default
+    ~/.config/accel/transport-secret (mode 0600, one per node, the same on every node)."""
+    return os.environ.get(SECRET_FILE_VAR) or os.path.join(os.path.expanduser("~"), ".config", "accel", "transport-secret")
+
+
+def _read_secret_file(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if st.st_mode & 0o077:
+        raise TransportError(f"{path} is readable by other users (mode {st.st_mode & 0o777:o}): chmod 600 it")
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip() or None
+
+
+def ensure_secret_file(path: str | None = None) -> str:
+    """Makes sure the node's secret file exists (mode 0600): it keeps what is there, else
+    writes this process's ACCEL_TRANSPORT_SECRET, else a fresh secret. Returns its path."""
+    path = path or secret_file()
+    if _read_secret_file(path) is None:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        secret = os.environ.get(SECRET_VAR) or secrets.token_hex(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(secret + "\n")
+    return path
+
+
 def _start() -> _State:
     st = _state
     if st.pid == os.getpid():
         return st
     with st.lock:
         if st.pid != os.getpid():
-            if not os.environ.get(SECRET_VAR):
-                # Child processes (multiprocessing, a Ray cluster started from here) inherit it.
-                os.environ[SECRET_VAR] = secrets.token_hex(32)
-            st.owner, st.host, st.endpoint = _native.transport_start(dict(os.environ))
+            config = dict(os.environ)
+            if not config.get(SECRET_VAR):
+                from_file = _read_secret_file(secret_file())
+                if from_file:
+                    config[SECRET_VAR] = from_file  # never copied into the environment
+                else:
+                    # Child processes (multiprocessing, a local Ray cluster) inherit it.
+                    os.environ[SECRET_VAR] = config[SECRET_VAR] = secrets.token_hex(32)
+            st.owner, st.host, st.endpoint = _native.transport_start(config)
             st.pid = os.getpid()
     return st
 
@@ -121,7 +189,7 @@ def info() -> dict[str, str]:
     return {"owner": st.owner, "host": st.host, "endpoint": st.endpoint}
 
 
-def _root(arr: np.ndarray) -> Any:
+def _root(arr: np.ndarray[Any, Any]) -> Any:
     base = arr
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
@@ -149,40 +217,60 @@ def empty(shape: int | tuple[int, ...] | list[int], dtype: npt.DTypeLike = np.fl
     Dropping it without put() returns its memory to the pool.
     """
     st = _start()
-    dtype = np.dtype(dtype)
-    if dtype.hasobject:
+    dt = np.dtype(dtype)
+    if dt.hasobject:
         raise TypeError("object arrays cannot travel through shared memory")
-    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    dims = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
     buffer, segment, sb = _native.transport_alloc(nbytes)
     st.pending[id(sb)] = (buffer, segment)
     weakref.finalize(sb, _forget_pending, id(sb), buffer)
-    count = nbytes // dtype.itemsize if dtype.itemsize else 0
-    return np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(shape)
+    count = nbytes // dt.itemsize if dt.itemsize else 0
+    return np.frombuffer(_buf(sb), dtype=dt, count=count).reshape(dims)
 
 
-def _as_array(obj: Any) -> tuple[np.ndarray, str]:
+def _dlpack_host(obj: Any) -> None:
+    """Refuses DLPack producers whose memory is on a device (cupy, CUDA torch tensors)."""
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is None:
+        return
+    kind, index = dev()
+    if int(kind) not in _DLPACK_HOST:
+        raise TransportError(
+            f"this tensor lives in device memory (DLPack device type {int(kind)}, index {int(index)}); "
+            "accel.transport moves host memory here (no GPU path is verified on this machine: see "
+            "README, 'Tensor transport'): copy it to the CPU first"
+        )
+
+
+def _as_array(obj: Any) -> tuple[np.ndarray[Any, Any], str]:
     if isinstance(obj, np.ndarray):
         return obj, "numpy"
     mod = type(obj).__module__
     if mod.startswith("torch") and hasattr(obj, "__dlpack__"):
         t = obj.detach()
-        if t.device.type != "cpu":
-            raise TransportError("accel.transport moves host memory; copy the tensor to the CPU first")
+        _dlpack_host(t)
         return np.from_dlpack(t.contiguous()), "torch"
     if hasattr(obj, "__dlpack__"):
-        return np.from_dlpack(obj), "numpy"
+        # Any DLPack producer (cupy, jax, a torch subclass...): zero-copy into numpy.
+        _dlpack_host(obj)
+        return np.from_dlpack(obj), "dlpack"
     return np.asarray(memoryview(obj)), "bytes"
 
 
-def put(obj: Any, *, path: str | None = None) -> Ref:
+def put(obj: Any, *, path: str | None = None, readers: int = 0) -> Ref:
     """Publish `obj` (a numpy array, any buffer-protocol object, or a CPU torch tensor).
 
     An array made by empty() is published in place; anything else is copied once into this
     owner's pre-faulted shared-memory pool. Raises PoolExhausted past the pool bound.
+    readers=N leases the buffer to N readers: each get() of the reference, in any process,
+    counts one read once it holds the array (a view it maps keeps its bytes on its own), and
+    the N-th frees the buffer, so no free() is needed; a further get() raises BufferFreed.
     """
     if path is not None and path not in PATHS and path != "auto":
         raise ValueError(f"unknown path {path!r}; expected one of {PATHS} or 'auto'")
+    if not isinstance(readers, int) or isinstance(readers, bool) or not 0 <= readers < 1 << 32:
+        raise ValueError(f"readers must be an int from 0 to 2**32-1, got {readers!r}")
     st = _start()
     arr, kind = _as_array(obj)
     if arr.dtype.hasobject:
@@ -202,8 +290,11 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         buffer, segment, sb = _native.transport_alloc(arr.nbytes)
         view = np.frombuffer(_buf(sb), dtype=arr.dtype, count=arr.size).reshape(arr.shape)
         np.copyto(view, arr, casting="no")
+    ticket = b""
+    if arr.nbytes and (path == "nixl" or os.environ.get("ACCEL_TRANSPORT_NIXL") == "1"):
+        ticket = _nixl_ticket(st, view)
     del view
-    _native.transport_publish(buffer)
+    _native.transport_publish(buffer, readers)
     return Ref(
         owner=st.owner,
         host=st.host,
@@ -215,28 +306,67 @@ def put(obj: Any, *, path: str | None = None) -> Ref:
         dtype=np.lib.format.dtype_to_descr(arr.dtype),
         kind=kind,
         path=path or "auto",
+        nixl=ticket,
+        readers=readers,
     )
 
 
-def _path_for(ref: Ref, path: str | None) -> str:
+def _nixl_agent(st: _State) -> _nixl.Agent:
+    try:
+        agent = _nixl.agent(st.owner)
+    except _nixl.NixlUnavailable as e:
+        raise TransportError(str(e)) from e
+    _native.transport_enable_path("nixl")
+    return agent
+
+
+def _nixl_ticket(st: _State, view: np.ndarray) -> bytes:
+    """Registers the buffer's segment with this process's NIXL agent (once per segment)."""
+    addr = int(view.__array_interface__["data"][0])
+    try:
+        return _nixl_agent(st).ticket(addr, int(view.nbytes), addr, int(view.nbytes)).encode()
+    except _nixl.NixlFailed as e:
+        raise TransportError(str(e)) from e
+
+
+def route(
+    ref: Ref, *, dst_device: int = -1, machine: str | None = None, nixl: bool | None = None, cuda_ipc: bool = False
+) -> Route:
+    """The automatic path from ``ref``'s owner to this process (into accelerator ``dst_device``
+    of ``machine``, a Machine JSON from discovery, or host memory), and why: same process ->
+    local; GPUs of one node -> NIXL over their scale-up link or CUDA IPC over PCIe; device
+    memory to another node -> GPUDirect RDMA through NIXL when an RDMA NIC sits at PIX/PXB from
+    the GPU; shared memory or TCP otherwise. ``nixl``/``cuda_ipc`` say which of those backends
+    work here (default: NIXL if installed; CUDA IPC is not built into this package)."""
+    _start()
+    have_nixl = _nixl.available() if nixl is None else nixl
+    path, reason, detail = _native.transport_route(
+        ref.owner, ref.host, ref.device, dst_device, machine, have_nixl, cuda_ipc, False
+    )
+    return Route(path, reason, detail)
+
+
+def _path_for(ref: Ref, path: str | None, count: bool = False) -> str:
     chosen = path or (ref.path if ref.path != "auto" else None) or os.environ.get("ACCEL_TRANSPORT_PATH") or "auto"
     if chosen == "auto":
         _start()
-        return _native.transport_choose(ref.owner, ref.host)
+        # Host memory: local, shm or tcp (NIXL is never chosen on its own: it is opt-in).
+        auto: str = _native.transport_route(ref.owner, ref.host, ref.device, -1, None, False, False, count)[0]
+        return auto
     if chosen not in PATHS:
         raise ValueError(f"unknown path {chosen!r}; expected one of {PATHS} or 'auto'")
     return chosen
 
 
-def _finish(arr: np.ndarray, ref: Ref) -> Any:
+def _finish(arr: np.ndarray[Any, Any], ref: Ref) -> Any:
     if ref.kind == "torch":
         import torch  # type: ignore[import-not-found, unused-ignore]  # the owner had torch, so the consumer is expected to
 
-        return torch.from_numpy(arr)
-    return arr
+        return torch.from_dlpack(arr) if arr.flags.writeable else torch.from_numpy(arr.copy())
+    return arr  # numpy arrays export __dlpack__: torch/cupy/jax.from_dlpack take them zero-copy
 
 
-def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) -> np.ndarray:
+def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype[Any], writable: bool) -> np.ndarray[Any, Any]:
     if chosen == "local":
         if ref.owner != st.owner:
             raise TransportError("path 'local' needs the owner's own process")
@@ -249,7 +379,12 @@ def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype, writable: bool) ->
 
 
 def get(
-    ref: Ref, *, path: str | None = None, writable: bool = False, copy: bool = False, out: np.ndarray | None = None
+    ref: Ref,
+    *,
+    path: str | None = None,
+    writable: bool = False,
+    copy: bool = False,
+    out: np.ndarray[Any, Any] | None = None,
 ) -> Any:
     """The referenced array, in any process.
 
@@ -260,7 +395,7 @@ def get(
     stream lands there directly. Raises OwnerGone (the owner exited),
     StaleReference (it restarted), BufferFreed, AuthError, TransportError.
     """
-    chosen = _path_for(ref, path)
+    chosen = _path_for(ref, path, count=True)
     st = _start()
     t0 = time.perf_counter()
     dtype = np.lib.format.descr_to_dtype(ref.dtype)
@@ -272,6 +407,9 @@ def get(
         if chosen == "tcp":
             arr = np.empty(ref.shape, dtype=dtype) if out is None else out
             _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, arr.reshape(-1).view(np.uint8))
+        elif chosen == "nixl":
+            arr = np.empty(ref.shape, dtype=dtype) if out is None else out
+            _get_nixl(ref, st, arr)
         elif out is not None:
             np.copyto(out, _view(ref, chosen, st, dtype, False))
             arr = out
@@ -283,7 +421,41 @@ def get(
         _native.transport_record(chosen, 0, 0.0, False)
         raise
     _native.transport_record(chosen, ref.nbytes, time.perf_counter() - t0, True)
+    if ref.readers:
+        _release(ref)
     return _finish(arr, ref)
+
+
+def _get_nixl(ref: Ref, st: _State, arr: np.ndarray) -> None:
+    """A one-sided NIXL read of ``ref`` into ``arr``, then the owner confirms the buffer is
+    still published (a freed id never comes back, so the bytes read are the buffer's)."""
+    if not ref.nixl:
+        raise TransportError(
+            "this reference carries no NIXL ticket: the owner publishes with put(x, path='nixl') "
+            "or runs with ACCEL_TRANSPORT_NIXL=1"
+        )
+    ticket = _nixl.Ticket.decode(ref.nixl)
+    agent = _nixl_agent(st)
+    timeout = 5.0 + ref.nbytes / 50e6  # a hang guard: 50 MB/s is far below any NIXL path
+    try:
+        agent.read(ticket, arr.reshape(-1).view(np.uint8), timeout)
+    except _nixl.NixlDisconnected as e:
+        agent.forget(ticket.agent)
+        raise OwnerGone(f"the owner of this reference ({ref.owner}) has exited (NIXL: {e})") from e
+    except _nixl.NixlFailed as e:
+        # Say why, if the owner can: gone (OwnerGone) or the buffer freed (BufferFreed).
+        _native.transport_check(ref.owner, ref.endpoint, ref.buffer)
+        raise TransportError(str(e)) from e
+    _native.transport_check(ref.owner, ref.endpoint, ref.buffer)
+
+
+def _release(ref: Ref) -> None:
+    """Counts one read of a leased buffer at its owner (the last read frees it). The caller
+    already holds its copy or its mapping, so the bytes it has stay valid either way."""
+    try:
+        _native.transport_release(ref.owner, ref.endpoint, ref.buffer)
+    except (BufferFreed, OwnerGone):
+        pass  # freed by other means, or its owner is gone: nothing left to count
 
 
 def free(ref: Ref) -> bool:
@@ -305,20 +477,29 @@ def reserve(nbytes: int, count: int = 1) -> None:
         _native.transport_free(_state.owner, _state.endpoint, buffer)
 
 
+def channel(name: str, *, keep: int = 2) -> Channel:
+    """A weight-sync channel owned by this process, publishing versions of a dict of arrays
+    under `name` and keeping the newest `keep` (see `accel._channel`)."""
+    from ._channel import Channel
+
+    return Channel(name, keep=keep)
+
+
 def stats() -> dict[str, Any]:
     """Per-path transfers, bytes, errors and latency histogram, for each role of this process:
     ``paths`` (what it fetched as a consumer) and ``served`` (what its TCP server sent as the
     owner, errors including failed handshakes and unknown buffers; ``local`` and ``shm`` reads
     never reach the owner, so only their consumer counts them); pool usage of this owner."""
     _start()
-    return _native.transport_stats()
+    stats: dict[str, Any] = _native.transport_stats()
+    return stats
 
 
 def prometheus() -> str:
     """The Prometheus text exposition of stats() (served by the node agent): every transfer
     series is labelled ``path`` and ``role`` (``fetch`` or ``serve``)."""
     _start()
-    return _native.transport_prometheus()
+    return str(_native.transport_prometheus())
 
 
 def write_metrics(directory: str) -> str:
@@ -342,12 +523,16 @@ def shm_dir() -> str:
 
 def sweep() -> int:
     """Remove shared-memory segments whose owner process has exited; returns how many."""
-    return _native.transport_sweep(shm_dir())
+    return int(_native.transport_sweep(shm_dir()))
 
 
 def trim() -> None:
-    """Return this owner's pooled (idle) shared memory to the system."""
+    """Return this owner's pooled (idle) shared memory to the system (and drop its NIXL
+    registrations, which would otherwise outlive the segments)."""
     _start()
+    agent = _nixl.current()
+    if agent is not None:
+        agent.deregister_all()
     _native.transport_trim()
 
 

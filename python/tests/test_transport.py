@@ -21,8 +21,12 @@ PEER = Path(__file__).with_name("transport_peer.py")
 SHM = Path(T.shm_dir())
 
 
+PIDNS = os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
+
+
 def segments(pid: int | None = None) -> list[str]:
-    prefix = "accel-" if pid is None else f"accel-{pid}-"
+    """Segments of this pid namespace (of one owner pid): `accel-<pid ns>-<pid>-<start>-<id>`."""
+    prefix = f"accel-{PIDNS}-" if pid is None else f"accel-{PIDNS}-{pid}-"
     return sorted(n for n in os.listdir(SHM) if n.startswith(prefix))
 
 

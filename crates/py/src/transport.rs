@@ -115,10 +115,46 @@ fn transport_alloc(py: Python<'_>, nbytes: u64) -> PyResult<(u64, String, Shared
     Ok((a.buffer, a.segment, buf))
 }
 
-/// Makes a buffer readable by other processes.
+/// Makes a buffer readable by other processes; with `readers` > 0 it frees itself after that
+/// many reads have been released (`transport_release`).
 #[pyfunction]
-fn transport_publish(buffer: u64) -> PyResult<()> {
-    started()?.arena().publish(buffer).map_err(transport_error)
+#[pyo3(signature = (buffer, readers=0))]
+fn transport_publish(buffer: u64, readers: u32) -> PyResult<()> {
+    started()?.publish_leased(buffer, readers).map_err(transport_error)
+}
+
+/// Records one finished read of a leased buffer (at its owner); returns whether it was the
+/// last, which freed the buffer.
+#[pyfunction]
+fn transport_release(py: Python<'_>, owner: String, endpoint: String, buffer: u64) -> PyResult<bool> {
+    let t = started()?;
+    let d = descriptor(owner, endpoint, String::new(), buffer, 0);
+    py.detach(|| t.release(&d)).map_err(transport_error)
+}
+
+/// Reads this owner still expects of one of its leased buffers (`None`: not leased).
+#[pyfunction]
+fn transport_lease_left(buffer: u64) -> PyResult<Option<u32>> {
+    Ok(started()?.lease_left(buffer))
+}
+
+/// Records `manifest` as version `version` of this owner's channel `name`.
+#[pyfunction]
+fn transport_channel_publish(name: &str, version: u64, manifest: Vec<u8>) -> PyResult<()> {
+    started()?.channel_publish(name, version, manifest).map_err(transport_error)
+}
+
+/// The latest `(version, manifest)` of channel `name` of `owner`, or `None` before its first.
+#[pyfunction]
+fn transport_channel_latest(
+    py: Python<'_>,
+    owner: String,
+    endpoint: String,
+    name: String,
+) -> PyResult<Option<(u64, pyo3::Py<pyo3::types::PyBytes>)>> {
+    let t = started()?;
+    let got = py.detach(|| t.channel_latest(&owner, &endpoint, &name)).map_err(transport_error)?;
+    Ok(got.map(|(v, m)| (v, pyo3::types::PyBytes::new(py, &m).unbind())))
 }
 
 /// A view of this owner's own published buffer (the local path: no copy).
@@ -193,6 +229,56 @@ fn transport_choose(owner: &str, host: &str) -> PyResult<&'static str> {
     Ok(Path::choose(t.owner(), t.host(), owner, host).name())
 }
 
+/// The path from a buffer of `owner` on `host` (in accelerator `src_device` of `machine_json`,
+/// or host memory when negative) to this process (into `dst_device`), from the topology:
+/// `(path, reason, detail)`. With `count`, the choice is counted in this process's metrics.
+#[pyfunction]
+#[pyo3(signature = (owner, host, src_device, dst_device, machine_json, nixl, cuda_ipc, count))]
+#[allow(clippy::too_many_arguments)]
+fn transport_route(
+    owner: &str,
+    host: &str,
+    src_device: i64,
+    dst_device: i64,
+    machine_json: Option<&str>,
+    nixl: bool,
+    cuda_ipc: bool,
+    count: bool,
+) -> PyResult<(&'static str, &'static str, String)> {
+    use accel_transport::route::{choose, Available, End, Memory};
+    let t = started()?;
+    let machine: Option<accel_model::Machine> = match machine_json {
+        Some(text) => {
+            Some(serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("machine JSON: {e}")))?)
+        }
+        None => None,
+    };
+    let memory = |d: i64| usize::try_from(d).map_or(Memory::Host, Memory::Device);
+    let src = End { owner, host, memory: memory(src_device), machine: machine.as_ref() };
+    let dst = End { owner: t.owner(), host: t.host(), memory: memory(dst_device), machine: machine.as_ref() };
+    let c = choose(&src, &dst, Available { nixl, cuda_ipc });
+    if count {
+        t.metrics().chose(c.path, c.reason);
+    }
+    Ok((c.path.name(), c.reason.name(), c.detail))
+}
+
+/// Gives `path` its metric series in this process (its backend works here).
+#[pyfunction]
+fn transport_enable_path(path: &str) -> PyResult<()> {
+    let p = Path::parse(path).ok_or_else(|| PyValueError::new_err(format!("unknown path {path:?}")))?;
+    started()?.metrics().enable(p);
+    Ok(())
+}
+
+/// Confirms with its owner that a buffer is still published (raises BufferFreed, OwnerGone).
+#[pyfunction]
+fn transport_check(py: Python<'_>, owner: String, endpoint: String, buffer: u64) -> PyResult<()> {
+    let t = started()?;
+    let d = descriptor(owner, endpoint, String::new(), buffer, 0);
+    py.detach(|| t.check(&d)).map_err(transport_error)
+}
+
 /// Records a fetch (`ok`) or a failed one on `path` in this process's metrics (role `fetch`).
 #[pyfunction]
 fn transport_record(path: &str, nbytes: u64, seconds: f64, ok: bool) -> PyResult<()> {
@@ -214,7 +300,7 @@ fn transport_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
     for (key, role) in [("paths", Role::Fetch), ("served", Role::Serve)] {
         let paths = PyDict::new(py);
-        for path in Path::ALL {
+        for path in Path::ALL.into_iter().filter(|p| t.metrics().enabled(*p)) {
             let s = t.metrics().get(role, path);
             let d = PyDict::new(py);
             d.set_item("transfers", s.transfers)?;
@@ -235,6 +321,11 @@ fn transport_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     p.set_item("held_bytes", pool.held_bytes)?;
     p.set_item("limit_bytes", pool.limit_bytes)?;
     out.set_item("pool", p)?;
+    let choices = PyDict::new(py);
+    for (path, reason, n) in t.metrics().choices() {
+        choices.set_item((path.name(), reason.name()), n)?;
+    }
+    out.set_item("choices", choices)?;
     out.set_item("cached_map_bytes", t.cached_map_bytes())?;
     out.set_item("owner", t.owner())?;
     out.set_item("endpoint", t.endpoint())?;
@@ -276,10 +367,17 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transport_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(transport_publish, m)?)?;
     m.add_function(wrap_pyfunction!(transport_free, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_release, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_lease_left, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_channel_publish, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_channel_latest, m)?)?;
     m.add_function(wrap_pyfunction!(transport_local, m)?)?;
     m.add_function(wrap_pyfunction!(transport_open_shm, m)?)?;
     m.add_function(wrap_pyfunction!(transport_fetch_tcp, m)?)?;
     m.add_function(wrap_pyfunction!(transport_choose, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_route, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_enable_path, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_check, m)?)?;
     m.add_function(wrap_pyfunction!(transport_record, m)?)?;
     m.add_function(wrap_pyfunction!(transport_stats, m)?)?;
     m.add_function(wrap_pyfunction!(transport_prometheus, m)?)?;

@@ -8,6 +8,7 @@ use sha2::Sha256;
 
 use crate::error::{Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
+use crate::secure::Nonces;
 
 /// Shortest secret accepted.
 pub const SECRET_MIN_LEN: usize = 16;
@@ -28,8 +29,9 @@ fn mac(secret: &[u8], label: &[u8], a: &[u8], b: &[u8]) -> Hmac<Sha256> {
 }
 
 /// Server side: greets with a nonce and `owner`, checks the client's proof, proves itself.
-/// On a wrong proof it answers an `Err` frame and returns `Error::Auth`.
-pub fn server_handshake<S: Read + Write>(s: &mut S, secret: &[u8], owner: &str) -> Result<()> {
+/// On a wrong proof it answers an `Err` frame and returns `Error::Auth`. Returns both nonces,
+/// which key the encrypted record layer (`secure`) beyond loopback.
+pub fn server_handshake<S: Read + Write>(s: &mut S, secret: &[u8], owner: &str) -> Result<Nonces> {
     let ns = nonce()?;
     let mut hello = ns.to_vec();
     hello.extend_from_slice(owner.as_bytes());
@@ -44,12 +46,13 @@ pub fn server_handshake<S: Read + Write>(s: &mut S, secret: &[u8], owner: &str) 
         return Err(Error::Auth("a client presented a wrong cluster secret".into()));
     }
     let reply = mac(secret, b"accel-s", nc, &ns).finalize().into_bytes();
-    frame::write(s, Kind::AuthOk, &reply)
+    frame::write(s, Kind::AuthOk, &reply)?;
+    Ok(Nonces { server: ns, client: nc.try_into().expect("NONCE_LEN bytes") })
 }
 
 /// Client side: answers the greeting with a proof and checks the server's. Returns the owner
-/// id the server announced.
-pub fn client_handshake<S: Read + Write>(s: &mut S, secret: &[u8]) -> Result<String> {
+/// id the server announced and both nonces.
+pub fn client_handshake<S: Read + Write>(s: &mut S, secret: &[u8]) -> Result<(String, Nonces)> {
     let hello = frame::expect(s, Kind::Hello, MAX_CONTROL)?;
     if hello.len() < NONCE_LEN {
         return Err(Error::Protocol("short greeting".into()));
@@ -64,5 +67,5 @@ pub fn client_handshake<S: Read + Write>(s: &mut S, secret: &[u8]) -> Result<Str
     mac(secret, b"accel-s", &nc, ns)
         .verify_slice(&proof)
         .map_err(|_| Error::Auth("the server does not hold the cluster secret".into()))?;
-    Ok(owner)
+    Ok((owner, Nonces { server: ns.try_into().expect("NONCE_LEN bytes"), client: nc }))
 }

@@ -1,28 +1,30 @@
-//! Transport paths and the `Backend` trait that every path beyond the built-in three plugs into
-//! (RDMA/UCX, CUDA IPC, NCCL). The path is chosen from where the two ends are.
+//! Transport paths and the `Backend` trait that device paths plug into (CUDA IPC). The path is
+//! chosen from where the two ends are and, with the hardware model, how they connect (`route`).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-/// A way to move a buffer, in order of preference.
+/// A way to move a buffer. Only real paths exist here: a path that is not built cannot be
+/// named, chosen or counted (RDMA verbs of our own and NCCL are not built; GPUDirect RDMA and
+/// NVLink go through NIXL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
     /// Same process: the owner's own array, no copy.
     Local = 0,
     /// Same host: map the owner's shared-memory segment, no copy.
     Shm = 1,
-    /// Other host: authenticated TCP stream into a fresh buffer.
+    /// Other host: authenticated TCP stream into a fresh buffer (encrypted beyond loopback).
     Tcp = 2,
-    /// RDMA through UCX (planned; see `backends`).
-    Rdma = 3,
+    /// NIXL (UCX underneath): one-sided READ of registered memory, DRAM over shared memory or
+    /// TCP, VRAM over NVLink/CUDA IPC and RDMA where they exist. Driven from Python (the
+    /// `nixl-cu12` wheel); opt-in on the owner, since UCX does not encrypt.
+    Nixl = 3,
     /// CUDA IPC handles between processes on one GPU (cargo feature `cuda-ipc`).
     CudaIpc = 4,
-    /// NCCL send/recv within a communicator (planned).
-    Nccl = 5,
 }
 
 impl Path {
     /// Every path, indexed by its discriminant.
-    pub const ALL: [Path; 6] = [Path::Local, Path::Shm, Path::Tcp, Path::Rdma, Path::CudaIpc, Path::Nccl];
+    pub const ALL: [Path; 5] = [Path::Local, Path::Shm, Path::Tcp, Path::Nixl, Path::CudaIpc];
 
     /// Stable lowercase name: metric label, override value, reference hint.
     pub fn name(self) -> &'static str {
@@ -30,9 +32,8 @@ impl Path {
             Path::Local => "local",
             Path::Shm => "shm",
             Path::Tcp => "tcp",
-            Path::Rdma => "rdma",
+            Path::Nixl => "nixl",
             Path::CudaIpc => "cuda_ipc",
-            Path::Nccl => "nccl",
         }
     }
 
@@ -41,7 +42,8 @@ impl Path {
         Path::ALL.into_iter().find(|p| p.name() == name)
     }
 
-    /// The automatic choice: same owner -> local, same host -> shm, else tcp.
+    /// The choice from locality alone (no hardware facts): same owner -> local, same host ->
+    /// shm, else tcp. `route::choose` refines it with the topology.
     pub fn choose(my_owner: &str, my_host: &str, owner: &str, host: &str) -> Path {
         if my_owner == owner {
             Path::Local
@@ -75,39 +77,16 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn fetch(&self, desc: &Descriptor, dst: &mut [u8]) -> Result<()>;
 }
 
-/// A path that this build or machine does not offer: always unavailable.
-#[derive(Debug)]
-struct Planned(Path, &'static str);
-
-impl Backend for Planned {
-    fn path(&self) -> Path {
-        self.0
-    }
-    fn available(&self) -> bool {
-        false
-    }
-    fn fetch(&self, _: &Descriptor, _: &mut [u8]) -> Result<()> {
-        Err(Error::Unsupported(self.1))
-    }
-}
-
-/// The pluggable backends of this build, available or not.
-///
-/// - `rdma`: UCX active messages through a runtime-loaded libucp (`sideway`/own bindgen), not
-///   built: this machine has no RDMA device and no soft-RoCE module to test it on.
-/// - `cuda_ipc`: with the `cuda-ipc` feature, `cuIpcGetMemHandle`/`cuIpcOpenMemHandle` through a
-///   runtime-loaded libcuda (`cuda_ipc.rs`), checked by `scripts/device-check-cuda-ipc.sh`;
-///   without a GPU it reports itself unavailable.
-/// - `nccl`: send/recv through a runtime-loaded libnccl, planned.
+/// The pluggable backends of this build, each real: `cuda_ipc` with the `cuda-ipc` feature
+/// (`cuIpcGetMemHandle`/`cuIpcOpenMemHandle` through a runtime-loaded libcuda, checked by
+/// `scripts/device-check-cuda-ipc.sh`; unavailable without a GPU). NIXL is driven from Python
+/// (`accel/_nixl.py`). Nothing here stands in for a path that is not built.
 pub fn backends() -> Vec<Box<dyn Backend>> {
-    vec![
-        Box::new(Planned(Path::Rdma, "rdma")),
-        #[cfg(feature = "cuda-ipc")]
-        Box::new(crate::cuda_ipc::CudaIpc),
-        #[cfg(not(feature = "cuda-ipc"))]
-        Box::new(Planned(Path::CudaIpc, "cuda_ipc (build with the cuda-ipc feature)")),
-        Box::new(Planned(Path::Nccl, "nccl")),
-    ]
+    #[allow(unused_mut)]
+    let mut out: Vec<Box<dyn Backend>> = Vec::new();
+    #[cfg(feature = "cuda-ipc")]
+    out.push(Box::new(crate::cuda_ipc::CudaIpc));
+    out
 }
 
 #[cfg(test)]
@@ -122,7 +101,9 @@ mod tests {
         for p in Path::ALL {
             assert_eq!(Path::parse(p.name()), Some(p));
         }
-        // No RDMA or NCCL here; CUDA IPC only where a GPU is.
-        assert!(backends().iter().filter(|b| b.path() != Path::CudaIpc).all(|b| !b.available()));
+        // Placeholders cannot be named: only real paths parse.
+        assert_eq!(Path::parse("rdma"), None);
+        assert_eq!(Path::parse("nccl"), None);
+        assert!(backends().iter().all(|b| b.path() == Path::CudaIpc));
     }
 }

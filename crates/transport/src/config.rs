@@ -34,6 +34,13 @@ pub struct Config {
     pub max_connections: usize,
     /// Whether the server streams with `sendfile` (no user-space copy) rather than writes.
     pub sendfile: bool,
+    /// How long an owner waits for a consumer to confirm a spliced stream before it aborts the
+    /// connection and retires the buffer (so a stalled consumer never reads recycled bytes).
+    pub drain_timeout: Duration,
+    /// Encrypt loopback connections too (connections beyond loopback always are).
+    pub encrypt_loopback: bool,
+    /// TCP connections a consumer streams one large buffer over at once (each a range of it).
+    pub streams: usize,
 }
 
 impl std::fmt::Debug for Config {
@@ -51,6 +58,8 @@ impl std::fmt::Debug for Config {
 
 /// Default pool bound: 4 GiB.
 pub const DEFAULT_POOL_BYTES: u64 = 4 << 30;
+/// Default number of TCP streams per large fetch.
+pub const DEFAULT_STREAMS: usize = 2;
 /// Default frame limit and streaming chunk: 4 MiB.
 pub const DEFAULT_MAX_FRAME: u32 = 4 << 20;
 
@@ -69,12 +78,16 @@ impl Config {
             io_timeout: Duration::from_millis(5000),
             max_connections: 256,
             sendfile: true,
+            drain_timeout: Duration::from_secs(30),
+            encrypt_loopback: false,
+            streams: DEFAULT_STREAMS,
         }
     }
 
     /// Reads `ACCEL_TRANSPORT_SECRET` (required), `_BIND`, `_ADVERTISE`, `_POOL_BYTES`,
-    /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR`, `_IO_TIMEOUT_MS` and `_SENDFILE` (0 to
-    /// stream with plain writes) through `lookup`.
+    /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR`, `_IO_TIMEOUT_MS`, `_DRAIN_TIMEOUT_MS`,
+    /// `_SENDFILE` (0 to stream with plain writes), `_ENCRYPT` (`always` to encrypt loopback
+    /// connections too) and `_STREAMS` (TCP connections per large fetch) through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |name: &str| lookup(&format!("ACCEL_TRANSPORT_{name}")).filter(|v| !v.is_empty());
         let secret = var("SECRET").ok_or_else(|| Error::Config("ACCEL_TRANSPORT_SECRET is not set".into()))?;
@@ -98,6 +111,24 @@ impl Config {
         }
         if let Some(v) = var("SENDFILE") {
             cfg.sendfile = !matches!(v.as_str(), "0" | "false" | "no" | "off");
+        }
+        if let Some(v) = var("DRAIN_TIMEOUT_MS") {
+            cfg.drain_timeout = Duration::from_millis(parse_num(&v, "ACCEL_TRANSPORT_DRAIN_TIMEOUT_MS")?);
+        }
+        if let Some(v) = var("ENCRYPT") {
+            cfg.encrypt_loopback = match v.as_str() {
+                "always" => true,
+                "auto" => false,
+                other => {
+                    return Err(Error::Config(format!("ACCEL_TRANSPORT_ENCRYPT={other}: expected auto or always")))
+                }
+            };
+        }
+        if let Some(v) = var("STREAMS") {
+            cfg.streams = usize::try_from(parse_num(&v, "ACCEL_TRANSPORT_STREAMS")?)
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(|| Error::Config(format!("ACCEL_TRANSPORT_STREAMS={v}: 1 to 64")))?;
         }
         if let Some(v) = var("IO_TIMEOUT_MS") {
             cfg.io_timeout = Duration::from_millis(parse_num(&v, "ACCEL_TRANSPORT_IO_TIMEOUT_MS")?);

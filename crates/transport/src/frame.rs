@@ -20,7 +20,8 @@ pub enum Kind {
     Auth = 2,
     /// Server proof: HMAC(secret, "accel-s" | client nonce | server nonce).
     AuthOk = 3,
-    /// Request a published buffer: u64 buffer id, u64 expected length.
+    /// Request a published buffer: u64 buffer id, u64 expected length, and optionally u64
+    /// offset, u64 length: one range of it (a striped fetch sends one per connection).
     Get = 4,
     /// Reply to `Get`: u64 total length; `Data` frames follow, then `End`.
     Ok = 5,
@@ -34,6 +35,19 @@ pub enum Kind {
     Freed = 9,
     /// An error: u8 code, then a UTF-8 message.
     Err = 10,
+    /// Consumer to owner after a stream's `End`: every byte arrived, the owner may recycle the
+    /// pages it spliced into the socket.
+    Received = 11,
+    /// Is a buffer still published? u64 buffer id; answered `Ok` or `Err` (code `FREED`). A
+    /// consumer that read it one-sided (NIXL) asks afterwards: a freed id never comes back, so
+    /// a buffer still published then was published for the whole read.
+    Check = 12,
+    /// One finished read of a leased buffer: u64 buffer id. Reply: `Freed` with u8 1 if that
+    /// was the last read (the buffer is freed), else 0.
+    Release = 13,
+    /// The latest version of a channel: its UTF-8 name. Reply: `Ok` with u64 version, then the
+    /// channel's manifest.
+    Latest = 14,
 }
 
 impl Kind {
@@ -51,6 +65,10 @@ impl Kind {
             8 => Free,
             9 => Freed,
             10 => Err,
+            11 => Received,
+            12 => Check,
+            13 => Release,
+            14 => Latest,
             _ => return None,
         })
     }
@@ -184,7 +202,7 @@ mod tests {
         }
 
         #[test]
-        fn roundtrip(kind in 1u8..=10, payload in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..310) {
+        fn roundtrip(kind in (1u8..=14).prop_filter("a known kind", |k| Kind::from_u8(*k).is_some()), payload in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..310) {
             let kind = Kind::from_u8(kind).unwrap();
             let wire = encode(kind, &payload);
             let (k, p, used) = parse(&wire, 1024).unwrap().unwrap();

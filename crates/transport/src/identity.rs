@@ -37,10 +37,24 @@ impl Identity {
         Some(Identity { pid, start, nonce })
     }
 
-    /// The prefix of this owner's segment names: `accel-<pid>-<start>-`.
+    /// The prefix of this owner's segment names: `accel-<pid namespace>-<pid>-<start>-`. The
+    /// namespace says in which pid space `pid` and `start` mean something: containers that share
+    /// `/dev/shm` (one IPC namespace) but not pids see each other's segments, and a sweeper must
+    /// not judge an owner by a pid of another namespace.
     pub fn segment_prefix(&self) -> String {
-        format!("{}{}-{}-", crate::shm::SEGMENT_PREFIX, self.pid, self.start)
+        format!("{}{}-{}-{}-", crate::shm::SEGMENT_PREFIX, pid_namespace(), self.pid, self.start)
     }
+}
+
+/// This process's pid namespace: the inode number of `/proc/self/ns/pid` (0 if unreadable).
+pub fn pid_namespace() -> u64 {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|p| {
+            let p = p.to_string_lossy().into_owned();
+            p.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// Start time of a process, `None` if it does not exist (or is a zombie being reaped).

@@ -1,25 +1,37 @@
 //! Direct tensor transport: an owner publishes buffers from a pooled shared-memory arena, and
 //! consumers reach them in place (same process), by mapping them (same host) or over an
-//! authenticated TCP stream (other hosts). Plain Rust: std threads, blocking sockets, no pyo3.
+//! authenticated TCP stream (other hosts; encrypted beyond loopback), and the path between two
+//! ends is chosen from the hardware model (`route`). Plain Rust: std threads, blocking sockets,
+//! no pyo3.
 
 mod auth;
 mod backend;
+mod channel;
 mod config;
+mod conn;
+mod control;
 #[cfg(feature = "cuda-ipc")]
 pub mod cuda_ipc;
 mod error;
+mod forkguard;
 pub mod frame;
 mod identity;
+mod lease;
 mod metrics;
 mod node;
+pub mod route;
+pub mod secure;
 mod shm;
 mod tcp;
 
 pub use auth::{client_handshake, server_handshake, SECRET_MIN_LEN};
 pub use backend::{backends, Backend, Descriptor, Path};
+pub use channel::{Channels, MAX_MANIFEST};
 pub use config::Config;
+pub use control::Control;
 pub use error::{Error, Result};
-pub use identity::{host_id, process_alive, Identity};
+pub use identity::{host_id, pid_namespace, process_alive, Identity};
+pub use lease::Leases;
 pub use metrics::{Metrics, PathStats, Role, BUCKETS};
 pub use node::Transport;
 pub use shm::{size_class, sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats, SEGMENT_PREFIX};

@@ -5,9 +5,13 @@
 //! counts what this process received as a consumer, `serve` what it sent as an owner. An owner
 //! sees only the reads that go through it (its TCP server); `local` and `shm` reads touch the
 //! owner's memory directly, so only their consumer counts them.
+//!
+//! Only enabled paths have series: `local`, `shm` and `tcp` always; `nixl` and `cuda_ipc` once
+//! the process found their backend working (`Metrics::enable`). A path that cannot run here
+//! emits nothing, rather than zeros that would read as "real but idle".
 
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::backend::Path;
@@ -63,12 +67,52 @@ pub struct PathStats {
 }
 
 /// Metrics of every path and role of one process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     paths: [[PathMetrics; Path::ALL.len()]; Role::ALL.len()],
+    /// Bit per `Path` discriminant: which paths have series.
+    enabled: AtomicU32,
+    /// Automatic path choices, per path and reason code (`route::Reason`).
+    choices: [[AtomicU64; crate::route::Reason::ALL.len()]; Path::ALL.len()],
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let always = [Path::Local, Path::Shm, Path::Tcp].iter().fold(0, |m, p| m | 1 << *p as u32);
+        Metrics { paths: Default::default(), enabled: AtomicU32::new(always), choices: Default::default() }
+    }
 }
 
 impl Metrics {
+    /// Gives `path` its series (its backend works in this process).
+    pub fn enable(&self, path: Path) {
+        self.enabled.fetch_or(1 << path as u32, Relaxed);
+    }
+
+    /// Whether `path` has series.
+    pub fn enabled(&self, path: Path) -> bool {
+        self.enabled.load(Relaxed) & (1 << path as u32) != 0
+    }
+
+    /// Counts one automatic choice of `path` for `reason`.
+    pub fn chose(&self, path: Path, reason: crate::route::Reason) {
+        self.choices[path as usize][reason as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Automatic choices made so far: (path, reason, count), non-zero only.
+    pub fn choices(&self) -> Vec<(Path, crate::route::Reason, u64)> {
+        let mut out = Vec::new();
+        for p in Path::ALL {
+            for r in crate::route::Reason::ALL {
+                let n = self.choices[p as usize][r as usize].load(Relaxed);
+                if n > 0 {
+                    out.push((p, r, n));
+                }
+            }
+        }
+        out
+    }
+
     fn slot(&self, role: Role, path: Path) -> &PathMetrics {
         &self.paths[role as usize][path as usize]
     }
@@ -133,9 +177,12 @@ impl Metrics {
         }
     }
 
-    /// A snapshot of every path in every role (fetch first, then serve).
+    /// A snapshot of every enabled path in every role (fetch first, then serve).
     pub fn snapshot(&self) -> Vec<PathStats> {
-        Role::ALL.iter().flat_map(|&role| Path::ALL.iter().map(move |&path| self.get(role, path))).collect()
+        Role::ALL
+            .iter()
+            .flat_map(|&role| Path::ALL.iter().filter(|p| self.enabled(**p)).map(move |&path| self.get(role, path)))
+            .collect()
     }
 
     /// The Prometheus text exposition (format 0.0.4) of these metrics and the pool: one
@@ -171,6 +218,22 @@ impl Metrics {
             let _ = writeln!(out, "accel_transport_latency_seconds_bucket{{{l},le=\"+Inf\"}} {}", s.transfers);
             let _ = writeln!(out, "accel_transport_latency_seconds_sum{{{l}}} {}", s.latency_sum_s);
             let _ = writeln!(out, "accel_transport_latency_seconds_count{{{l}}} {}", s.transfers);
+        }
+        let choices = self.choices();
+        if !choices.is_empty() {
+            let _ = writeln!(
+                out,
+                "# HELP accel_transport_path_choices_total Automatic path choices, by the path and the topology fact behind it.\n\
+                 # TYPE accel_transport_path_choices_total counter"
+            );
+            for (p, r, n) in choices {
+                let _ = writeln!(
+                    out,
+                    "accel_transport_path_choices_total{{path=\"{}\",reason=\"{}\"}} {n}",
+                    p.name(),
+                    r.name()
+                );
+            }
         }
         if let Some(pool) = pool {
             let _ = writeln!(
@@ -225,11 +288,17 @@ mod tests {
         let (serve, fetch) = (m.get(Role::Serve, Path::Tcp), m.get(Role::Fetch, Path::Tcp));
         assert_eq!((serve.transfers, serve.bytes, serve.errors), (1, 1000, 1));
         assert_eq!((fetch.transfers, fetch.bytes, fetch.errors), (1, 10, 0));
-        assert_eq!(m.snapshot().len(), Path::ALL.len() * Role::ALL.len());
+        assert_eq!(m.snapshot().len(), 3 * Role::ALL.len(), "local, shm and tcp until another path is enabled");
+        assert!(!m.render_prometheus(None).contains("path=\"nixl\""), "a path not enabled emits no series");
+        m.enable(Path::Nixl);
+        assert_eq!(m.snapshot().len(), 4 * Role::ALL.len());
+        m.chose(Path::Shm, crate::route::Reason::SameHost);
         let text = m.render_prometheus(Some(PoolStats::default()));
         assert!(text.contains("accel_transport_bytes_total{path=\"tcp\",role=\"serve\"} 1000"), "{text}");
         assert!(text.contains("accel_transport_errors_total{path=\"tcp\",role=\"serve\"} 1"));
         assert!(text.contains("accel_transport_latency_seconds_count{path=\"tcp\",role=\"serve\"} 1"));
+        assert!(text.contains("accel_transport_bytes_total{path=\"nixl\",role=\"fetch\"} 0"));
+        assert!(text.contains("accel_transport_path_choices_total{path=\"shm\",reason=\"same_host\"} 1"), "{text}");
         // Valid exposition: each family has exactly one HELP and one TYPE, before its samples,
         // and every sample belongs to a declared family.
         let mut declared = Vec::new();

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use crate::backend::Descriptor;
 use crate::config::Config;
+use crate::control::Control;
 use crate::error::{Error, Result};
+use crate::frame::Kind;
 use crate::identity::{host_id, process_alive, Identity};
 use crate::metrics::Metrics;
 use crate::shm::{sweep_orphans, Arena, MapCache, Mapping, PoolStats};
@@ -20,6 +22,8 @@ pub struct Transport {
     endpoint: String,
     config: Config,
     arena: Arc<Arena>,
+    /// Leases and channels, shared with the server, which answers remote requests about them.
+    control: Arc<Control>,
     client: Client,
     maps: MapCache,
     /// Shared with the server, which counts what it serves (role `serve`).
@@ -36,7 +40,8 @@ impl Transport {
         let owner = identity.id();
         let arena = Arc::new(Arena::new(&config.shm_dir, &identity, config.pool_bytes));
         let metrics = Arc::new(Metrics::default());
-        let server = Server::start(&config, &owner, arena.clone(), metrics.clone())?;
+        let control = Arc::new(Control::default());
+        let server = Server::start(&config, &owner, arena.clone(), control.clone(), metrics.clone())?;
         let endpoint = match &config.advertise {
             Some(a) if a.contains(':') => a.clone(),
             Some(a) => format!("{a}:{}", server.addr().port()),
@@ -52,6 +57,7 @@ impl Transport {
             endpoint,
             config,
             arena,
+            control,
             _server: server,
         })
     }
@@ -102,22 +108,86 @@ impl Transport {
         }
         match Mapping::open(&self.config.shm_dir, &d.segment, d.len, writable, &self.maps)? {
             Some(m) => Ok(m),
+            // Gone because its owner died meanwhile (and a sweep took the segment)?
+            None if !Identity::parse(&d.owner).is_some_and(|id| process_alive(id.pid, id.start)) => {
+                Err(Error::OwnerGone { owner: d.owner.clone() })
+            }
             None => Err(Error::Freed { owner: d.owner.clone(), buffer: d.buffer }),
         }
     }
 
     /// Streams a buffer over TCP into `dst`.
     pub fn fetch_tcp(&self, d: &Descriptor, dst: &mut [u8]) -> Result<()> {
-        self.client.fetch(&d.endpoint, &d.owner, d.buffer, dst)
+        self.client.fetch_striped(&d.endpoint, &d.owner, d.buffer, dst, self.config.streams)
+    }
+
+    /// Whether a buffer is still published (`Freed` if not, `OwnerGone` if its owner exited):
+    /// locally if this process owns it, otherwise by asking its owner.
+    pub fn check(&self, d: &Descriptor) -> Result<()> {
+        if d.owner == self.owner {
+            return match self.arena.lookup(d.buffer) {
+                Some(_) => Ok(()),
+                None => Err(Error::Freed { owner: d.owner.clone(), buffer: d.buffer }),
+            };
+        }
+        self.client.check(&d.endpoint, &d.owner, d.buffer)
     }
 
     /// Frees a buffer: locally if this process owns it, otherwise by asking its owner.
     pub fn free(&self, d: &Descriptor) -> Result<()> {
         if d.owner == self.owner {
-            self.arena.free(d.buffer)
+            self.control.free(&self.arena, d.buffer)
         } else {
             self.client.free(&d.endpoint, &d.owner, d.buffer)
         }
+    }
+
+    /// Publishes this owner's buffer `buffer` for exactly `readers` reads (0: until freed).
+    pub fn publish_leased(&self, buffer: u64, readers: u32) -> Result<()> {
+        self.control.leases.set(buffer, readers);
+        self.arena.publish(buffer).inspect_err(|_| self.control.leases.forget(buffer))
+    }
+
+    /// Records one finished read of a leased buffer, locally or at its owner; the last read
+    /// frees it. Returns whether this read was the last.
+    pub fn release(&self, d: &Descriptor) -> Result<bool> {
+        if d.owner == self.owner {
+            return self.control.leases.release(d.buffer, &self.arena, &self.owner);
+        }
+        let freed = || Error::Freed { owner: d.owner.clone(), buffer: d.buffer };
+        match self.client.request(&d.endpoint, &d.owner, Kind::Release, &d.buffer.to_le_bytes(), freed)? {
+            (Kind::Freed, p) => Ok(p.first() == Some(&1)),
+            (k, _) => Err(Error::Protocol(format!("expected Freed, got {k:?}"))),
+        }
+    }
+
+    /// Records `manifest` as version `version` of this owner's channel `name`.
+    pub fn channel_publish(&self, name: &str, version: u64, manifest: Vec<u8>) -> Result<()> {
+        self.control.channels.publish(name, version, manifest)
+    }
+
+    /// The latest version and manifest of channel `name` of `owner` (at `endpoint`): read in
+    /// place for this process's own channels, asked over the authenticated connection
+    /// otherwise. `None` while the channel has no version.
+    pub fn channel_latest(&self, owner: &str, endpoint: &str, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        if owner == self.owner {
+            return Ok(self.control.channels.latest(name));
+        }
+        let none = || Error::Freed { owner: owner.into(), buffer: 0 };
+        match self.client.request(endpoint, owner, Kind::Latest, name.as_bytes(), none) {
+            Ok((Kind::Ok, p)) if p.len() >= 8 => {
+                let version = crate::frame::u64_at(&p, 0)?;
+                Ok(Some((version, p[8..].to_vec())))
+            }
+            Ok((k, _)) => Err(Error::Protocol(format!("expected a channel manifest, got {k:?}"))),
+            Err(Error::Freed { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads this owner still expects of a leased buffer.
+    pub fn lease_left(&self, buffer: u64) -> Option<u32> {
+        self.control.leases.left(buffer)
     }
 
     /// Unlinks every segment of this owner and drops cached connections (process exit).

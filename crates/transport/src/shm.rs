@@ -1,7 +1,7 @@
 //! The owner's shared-memory arena and the consumer's mapping of it.
 //!
 //! Each buffer is one file in the shared-memory directory named
-//! `accel-<pid>-<start>-<buffer id>`, sized to a pooled size class and pre-faulted with
+//! `accel-<pid namespace>-<pid>-<start>-<buffer id>`, sized to a pooled size class and pre-faulted with
 //! `fallocate` + `MAP_POPULATE` (so a full `/dev/shm` is an error here, never a SIGBUS later).
 //! Advisory `flock`s make reuse safe: the owner holds `LOCK_EX` on a buffer until it is
 //! published and again while it idles in the pool; a consumer holds `LOCK_SH` for as long as it
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 
 use crate::error::{io, Error, Result};
-use crate::identity::{process_alive, Identity};
+use crate::identity::{pid_namespace, process_alive, Identity};
 
 /// Every segment name starts with this; the orphan sweeper looks at nothing else.
 pub const SEGMENT_PREFIX: &str = "accel-";
@@ -47,6 +47,9 @@ struct Segment {
     file: File,
     map: Arc<MmapRaw>,
     capacity: u64,
+    /// Its pages may still sit in a socket queue nobody drains (a stalled consumer): never
+    /// recycle it; unlink it when freed, and its memory goes with the last reference.
+    retired: bool,
 }
 
 struct Live {
@@ -195,8 +198,8 @@ impl Arena {
         if rc != 0 {
             return Err(fail(std::io::Error::last_os_error()));
         }
-        let map = MmapOptions::new().len(cap as usize).populate().map_raw(&file).map_err(fail)?;
-        Ok(Segment { name: name.to_string(), file, map: Arc::new(map), capacity: cap })
+        let map = map_prefaulted(&file, cap).map_err(fail)?;
+        Ok(Segment { name: name.to_string(), file, map: Arc::new(map), capacity: cap, retired: false })
     }
 
     /// Makes a buffer readable by consumers.
@@ -230,6 +233,10 @@ impl Arena {
         let Live { seg, .. } =
             g.live.remove(&buffer).ok_or_else(|| Error::Freed { owner: self.prefix.clone(), buffer })?;
         g.live_bytes -= seg.capacity;
+        if seg.retired {
+            let _ = std::fs::remove_file(self.dir.join(&seg.name));
+            return Ok(());
+        }
         g.next_idle += 1;
         let idle = format!("{}idle{}", self.prefix, g.next_idle);
         if std::fs::rename(self.dir.join(&seg.name), self.dir.join(&idle)).is_err() {
@@ -240,6 +247,19 @@ impl Arena {
         g.held.push(Segment { name: idle, ..seg });
         Self::reclaim(&mut g);
         Ok(())
+    }
+
+    /// Never recycles the segment behind `map` (live or freed): a socket may still reference its
+    /// pages. A freed one is unlinked now; a live one when it is freed.
+    pub fn retire(&self, map: &Arc<MmapRaw>) {
+        let mut g = self.lock();
+        if let Some(live) = g.live.values_mut().find(|l| Arc::ptr_eq(&l.seg.map, map)) {
+            live.seg.retired = true;
+        } else if let Some(i) = g.held.iter().position(|s| Arc::ptr_eq(&s.map, map)) {
+            let seg = g.held.swap_remove(i);
+            g.held_bytes -= seg.capacity;
+            let _ = std::fs::remove_file(self.dir.join(&seg.name));
+        }
     }
 
     /// Pool usage.
@@ -281,6 +301,26 @@ impl Drop for Arena {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Maps `cap` bytes of a new segment writable and faults them in. Huge pages are asked for
+/// first (`MADV_HUGEPAGE`: used where the kernel's `shmem_enabled` allows them, ignored
+/// elsewhere), which is why the pages are faulted with `MADV_POPULATE_WRITE` after the advice
+/// rather than with `MAP_POPULATE` before it; kernels without it (before 5.14) get `MAP_POPULATE`.
+fn map_prefaulted(file: &File, cap: u64) -> std::io::Result<MmapRaw> {
+    let map = MmapOptions::new().len(cap as usize).map_raw(file)?;
+    let _ = map.advise(memmap2::Advice::HugePage);
+    // SAFETY: madvise over exactly the mapping just made, which `map` keeps alive.
+    let rc = unsafe { libc::madvise(map.as_mut_ptr().cast(), cap as usize, libc::MADV_POPULATE_WRITE) };
+    if rc == 0 {
+        return Ok(map);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EINVAL) {
+        return Err(err);
+    }
+    drop(map);
+    MmapOptions::new().len(cap as usize).populate().map_raw(file)
 }
 
 enum Map {
@@ -338,7 +378,9 @@ impl MapCache {
         // Map through a fresh open file description: a mapping pins the description it was made
         // from, and with it any flock, so mapping the locked one would pin the caller's lock.
         let reopened = File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
-        let map = Arc::new(MmapOptions::new().len(size as usize).map_raw_read_only(&reopened)?);
+        // Populated: the page tables of the whole (resident) buffer are filled in one call
+        // instead of by a fault per 64 KiB on the first read (the cold path).
+        let map = Arc::new(MmapOptions::new().len(size as usize).populate().map_raw_read_only(&reopened)?);
         if size <= self.limit {
             if let Some(old) = g.entries.insert(key, CacheEntry { map: map.clone(), file: reopened, used: tick }) {
                 g.bytes -= old.map.len() as u64;
@@ -480,12 +522,15 @@ impl Mapping {
 }
 
 /// Removes segments in `dir` whose owner process has exited. Returns how many it removed.
+/// Only owners of this pid namespace are judged: a pid of another namespace means another
+/// process here, so their segments (and names of any other shape) are left alone.
 pub fn sweep_orphans(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mine = format!("{SEGMENT_PREFIX}{}-", pid_namespace());
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(SEGMENT_PREFIX)) else { continue };
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&mine)) else { continue };
         let mut parts = rest.splitn(3, '-');
         let (Some(pid), Some(start)) =
             (parts.next().and_then(|p| p.parse().ok()), parts.next().and_then(|s| s.parse().ok()))

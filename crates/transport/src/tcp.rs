@@ -3,6 +3,11 @@
 //! endpoint). Data streams in frames of at most `max_frame` bytes straight from the owner's
 //! mapping into the consumer's destination buffer, so neither side holds more than one chunk.
 //! The server counts what it serves in the owner's metrics (path `tcp`, role `serve`).
+//! After the handshake a connection beyond loopback is wrapped in the AEAD record layer
+//! (`secure`, through `Conn`); on loopback the owner splices segment pages with `sendfile` and
+//! keeps them from recycling until the consumer confirms it received them (`Received`).
+//! A `Get` may name a range: a striped fetch is one ranged `Get` per connection, each one an
+//! authenticated `Conn` (encrypted beyond loopback) confirmed with its own `Received`.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -15,9 +20,12 @@ use std::time::{Duration, Instant};
 use crate::auth::{client_handshake, server_handshake};
 use crate::backend::Path;
 use crate::config::Config;
+use crate::conn::Conn;
+use crate::control::Control;
 use crate::error::{io, Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
 use crate::metrics::Metrics;
+use crate::secure::Side;
 use crate::shm::Arena;
 
 /// How long a server waits for a handshake, and for the next request on an idle connection.
@@ -37,17 +45,27 @@ struct Shared {
     secret: Vec<u8>,
     owner: String,
     arena: Arc<Arena>,
+    control: Arc<Control>,
     metrics: Arc<Metrics>,
     max_frame: u32,
     sendfile: bool,
+    drain_timeout: Duration,
+    encrypt_loopback: bool,
     connections: AtomicUsize,
     max_connections: usize,
 }
 
 impl Server {
     /// Binds `cfg.bind` and serves `arena`'s published buffers to authenticated clients,
-    /// counting what it serves, and every failure, in `metrics` (path `tcp`, role `serve`).
-    pub fn start(cfg: &Config, owner: &str, arena: Arc<Arena>, metrics: Arc<Metrics>) -> Result<Server> {
+    /// counting what it serves, and every failure, in `metrics` (path `tcp`, role `serve`);
+    /// control requests (free, lease release, channel look-up) go to `control`.
+    pub fn start(
+        cfg: &Config,
+        owner: &str,
+        arena: Arc<Arena>,
+        control: Arc<Control>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Server> {
         let listener = TcpListener::bind(cfg.bind).map_err(io(format!("bind {}", cfg.bind)))?;
         let addr = listener.local_addr().map_err(io("listener address"))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -55,16 +73,24 @@ impl Server {
             secret: cfg.secret.clone(),
             owner: owner.to_string(),
             arena,
+            control,
             metrics,
             max_frame: cfg.max_frame,
             sendfile: cfg.sendfile,
+            drain_timeout: cfg.drain_timeout,
+            encrypt_loopback: cfg.encrypt_loopback,
             connections: AtomicUsize::new(0),
             max_connections: cfg.max_connections,
         });
         let stopping = stop.clone();
+        // A forked child closes its copy of the listener, so consumers of a dead owner are
+        // refused at once even while the child lives. Registered here, before the thread runs,
+        // so a fork right after `start` returns cannot miss it.
+        let fork_guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&listener));
         std::thread::Builder::new()
             .name("accel-transport-accept".into())
             .spawn(move || {
+                let _fork = fork_guard;
                 for stream in listener.incoming() {
                     if stopping.load(Ordering::Relaxed) {
                         break;
@@ -81,11 +107,13 @@ impl Server {
                         continue;
                     }
                     let conn = shared.clone();
+                    let fork_guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&stream));
                     let spawned = std::thread::Builder::new().name("accel-transport-conn".into()).spawn(move || {
+                        let _fork = fork_guard;
                         // A connection that ends other than by the peer closing it between
                         // requests (a failed handshake, a malformed request, a peer that hung up
                         // mid-stream) is one serve error.
-                        if serve(&mut stream, &conn).is_err() {
+                        if serve(stream, &conn).is_err() {
                             conn.metrics.serve_error(Path::Tcp);
                         }
                         conn.connections.fetch_sub(1, Ordering::AcqRel);
@@ -118,14 +146,20 @@ impl Drop for Server {
 
 /// Serves one connection until the peer closes it between requests (`Ok`) or something fails
 /// (`Err`). Counts each buffer it sends, and each `Get` it refuses, in `sh.metrics`.
-fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
-    s.set_nodelay(true).map_err(io("nodelay"))?;
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io("timeout"))?;
-    s.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
-    server_handshake(s, &sh.secret, &sh.owner)?;
-    s.set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+fn serve(mut tcp: TcpStream, sh: &Shared) -> Result<()> {
+    tcp.set_nodelay(true).map_err(io("nodelay"))?;
+    tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io("timeout"))?;
+    tcp.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    let nonces = server_handshake(&mut tcp, &sh.secret, &sh.owner)?;
+    tcp.set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    // Beyond loopback every later byte is encrypted. Both ends decide from the same address:
+    // the one the client dialled is the one the server accepted on.
+    let local = tcp.local_addr().map_err(io("local address"))?;
+    let encrypt = sh.encrypt_loopback || !local.ip().is_loopback();
+    let s = &mut Conn::new(tcp, encrypt, &sh.secret, &nonces, Side::Server);
     while let Some((kind, payload)) = next_request(s)? {
         match kind {
+            Kind::Received => {} // a confirmation the owner did not wait for (no pages spliced)
             Kind::Get => {
                 let started = Instant::now();
                 match serve_get(s, sh, &payload)? {
@@ -133,14 +167,17 @@ fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
                     None => sh.metrics.serve_error(Path::Tcp),
                 }
             }
-            Kind::Free => {
+            Kind::Check => {
                 let buffer = frame::u64_at(&payload, 0)?;
-                match sh.arena.free(buffer) {
-                    Ok(()) => frame::write(s, Kind::Freed, &[])?,
-                    Err(_) => {
-                        frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?
-                    }
+                match sh.arena.lookup(buffer) {
+                    Some(_) => frame::write(s, Kind::Ok, &[])?,
+                    None => frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published"))?,
                 }
+            }
+            k if Control::handles(k) => {
+                // Free, Release and Latest: reached only after the handshake above.
+                let (kind, reply) = sh.control.answer(k, &payload, &sh.arena, &sh.owner)?;
+                frame::write(s, kind, &reply)?;
             }
             other => {
                 let msg = format!("unexpected {other:?} frame");
@@ -154,7 +191,7 @@ fn serve(s: &mut TcpStream, sh: &Shared) -> Result<()> {
 
 /// Reads the next request frame; `None` when the peer closed the connection (or left it idle
 /// past the timeout) before sending a byte of it, which ends a connection normally.
-fn next_request(s: &mut TcpStream) -> Result<Option<(Kind, Vec<u8>)>> {
+fn next_request(s: &mut Conn) -> Result<Option<(Kind, Vec<u8>)>> {
     let mut first = [0u8; 1];
     loop {
         match s.read(&mut first) {
@@ -170,10 +207,13 @@ fn next_request(s: &mut TcpStream) -> Result<Option<(Kind, Vec<u8>)>> {
     frame::read(&mut (&first[..]).chain(&mut *s), MAX_CONTROL).map(Some)
 }
 
-/// Answers one `Get`: streams the buffer and returns its length, or answers an `Err` frame
-/// (unknown buffer, length mismatch) and returns `None`. `Err` when the connection failed.
-fn serve_get(s: &mut TcpStream, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
+/// Answers one `Get`: streams the buffer (or the range the request names) and returns the bytes
+/// sent, or answers an `Err` frame (unknown buffer, length mismatch, range outside the buffer)
+/// and returns `None`. `Err` when the connection failed.
+fn serve_get(s: &mut Conn, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
     let (buffer, want) = (frame::u64_at(payload, 0)?, frame::u64_at(payload, 8)?);
+    let range =
+        if payload.len() >= 32 { Some((frame::u64_at(payload, 16)?, frame::u64_at(payload, 24)?)) } else { None };
     match sh.arena.lookup_file(buffer) {
         None => {
             frame::write(s, Kind::Err, &frame::error_payload(code::FREED, "buffer is not published")).map(|()| None)
@@ -181,24 +221,38 @@ fn serve_get(s: &mut TcpStream, sh: &Shared, payload: &[u8]) -> Result<Option<u6
         Some((_, len, _)) if len != want => {
             frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "length mismatch")).map(|()| None)
         }
+        Some((_, len, _)) if range.is_some_and(|(at, n)| at.checked_add(n).is_none_or(|end| end > len)) => {
+            frame::write(s, Kind::Err, &frame::error_payload(code::PROTOCOL, "range outside the buffer")).map(|()| None)
+        }
         Some((map, len, file)) => {
-            // SAFETY: `map` keeps the mapping alive; it is at least `len` bytes.
-            let data = unsafe { std::slice::from_raw_parts(map.as_ptr(), len as usize) };
-            if send(s, data, sh.sendfile.then_some(&file), sh.max_frame as usize)? {
-                // `sendfile` queued references to the segment's pages, not copies: keep the
-                // buffer (`map`) from being recycled until the peer has them all.
-                drain(s);
+            let (at, n) = range.unwrap_or((0, len));
+            // SAFETY: `map` keeps the mapping alive; it is at least `len` >= `at + n` bytes.
+            let data = unsafe { std::slice::from_raw_parts(map.as_ptr().add(at as usize), n as usize) };
+            let splice = sh.sendfile && s.plain().is_some();
+            if send(s, data, splice.then_some(&file), at as usize, sh.max_frame as usize)? {
+                // `sendfile` queued references to the segment's pages, not copies, and on
+                // loopback they sit in the consumer's receive queue until it reads them: keep the
+                // buffer (`map`) from being recycled until the consumer confirms it has them all
+                // (a ranged request, one stream of a striped fetch, confirms its own range).
+                // A consumer that stalls past the drain timeout is cut off, and the buffer is
+                // retired (never recycled), so it can never read recycled bytes.
+                if !await_received(s, sh.drain_timeout)? {
+                    sh.arena.retire(&map);
+                    abort(s.tcp());
+                    return Err(Error::Protocol("a consumer stalled past the drain timeout".into()));
+                }
             }
             drop(map);
-            Ok(Some(len))
+            Ok(Some(n))
         }
     }
 }
 
-/// Streams `data` (the contents of `file` from offset 0) as Ok, Data..., End. Large chunks go
-/// out with `sendfile`, which hands the socket the segment's pages without a user-space copy;
-/// where the file system cannot, it falls back to plain writes. Returns whether it spliced.
-fn send(s: &mut TcpStream, data: &[u8], file: Option<&std::fs::File>, chunk: usize) -> Result<bool> {
+/// Streams `data` (the contents of `file` from offset `base`) as Ok, Data..., End: every byte a
+/// server sends passes through here. Large chunks go out with `sendfile`, which hands the socket
+/// the segment's pages without a user-space copy; where the file system cannot, it falls back to
+/// plain writes. Returns whether it spliced.
+fn send(s: &mut Conn, data: &[u8], file: Option<&std::fs::File>, base: usize, chunk: usize) -> Result<bool> {
     let total = (data.len() as u64).to_le_bytes();
     if data.len() <= SMALL.min(chunk) {
         let mut out = frame::encode(Kind::Ok, &total);
@@ -211,9 +265,10 @@ fn send(s: &mut TcpStream, data: &[u8], file: Option<&std::fs::File>, chunk: usi
     let mut zero_copy = file.is_some();
     for (i, piece) in data.chunks(chunk).enumerate() {
         s.write_all(&frame::header(Kind::Data, piece.len())).map_err(io("send"))?;
-        let at = i * chunk;
+        let at = base + i * chunk;
         if zero_copy {
-            match send_file(s, file.expect("zero_copy implies a file"), at, piece.len()) {
+            let tcp = s.plain().expect("zero-copy only on a plain connection");
+            match send_file(tcp, file.expect("zero_copy implies a file"), at, piece.len()) {
                 Ok(()) => continue,
                 Err(0) => zero_copy = false,
                 Err(_) => {
@@ -249,19 +304,37 @@ fn send_file(s: &TcpStream, file: &std::fs::File, at: usize, len: usize) -> std:
     Ok(())
 }
 
-/// Waits (bounded) until the socket's send queue is empty: the peer has every queued byte.
-fn drain(s: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let deadline = std::time::Instant::now() + IDLE_TIMEOUT.min(Duration::from_secs(30));
-    loop {
-        let mut queued: libc::c_int = 0;
-        // SAFETY: TIOCOUTQ writes one int through the valid pointer.
-        let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
-        if rc != 0 || queued == 0 || std::time::Instant::now() > deadline {
-            return;
+/// Waits (bounded) for the consumer's `Received` after a spliced stream: only then are the
+/// segment's pages out of every socket queue. `Ok(false)` when it did not come in time.
+fn await_received(s: &mut Conn, timeout: Duration) -> Result<bool> {
+    s.tcp().set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).map_err(io("timeout"))?;
+    let got = frame::read(s, MAX_CONTROL);
+    s.tcp().set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    match got {
+        Ok((Kind::Received, _)) => Ok(true),
+        Ok((k, _)) => Err(Error::Protocol(format!("expected Received, got {k:?}"))),
+        Err(Error::Io { source, .. }) if matches!(source.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            Ok(false)
         }
-        std::thread::sleep(Duration::from_micros(200));
+        Err(e) => Err(e),
     }
+}
+
+/// Resets a connection: with a zero linger the close sends RST and drops what is queued.
+fn abort(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads `linger` (valid for the call) on an open socket.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    let _ = s.shutdown(std::net::Shutdown::Both);
 }
 
 /// A consumer's connections to owners, authenticated once and reused.
@@ -270,7 +343,8 @@ pub struct Client {
     secret: Vec<u8>,
     connect_timeout: Duration,
     io_timeout: Duration,
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    encrypt_loopback: bool,
+    idle: Mutex<HashMap<String, Vec<Conn>>>,
 }
 
 impl Client {
@@ -280,11 +354,12 @@ impl Client {
             secret: cfg.secret.clone(),
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
+            encrypt_loopback: cfg.encrypt_loopback,
             idle: Mutex::default(),
         }
     }
 
-    fn connect(&self, endpoint: &str, owner: &str) -> Result<TcpStream> {
+    fn connect(&self, endpoint: &str, owner: &str) -> Result<Conn> {
         let gone = || Error::OwnerGone { owner: format!("{owner} at {endpoint}") };
         let addr = endpoint
             .to_socket_addrs()
@@ -299,19 +374,20 @@ impl Client {
         s.set_nodelay(true).map_err(io("nodelay"))?;
         s.set_read_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
         s.set_write_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
-        let found = client_handshake(&mut s, &self.secret).map_err(|e| match e {
+        let (found, nonces) = client_handshake(&mut s, &self.secret).map_err(|e| match e {
             Error::Io { source, .. } if is_disconnect(&source) => gone(),
             e => e,
         })?;
         if found != owner {
             return Err(Error::Stale { expected: owner.into(), found, endpoint: endpoint.into() });
         }
-        Ok(s)
+        let encrypt = self.encrypt_loopback || !addr.ip().is_loopback();
+        Ok(Conn::new(s, encrypt, &self.secret, &nonces, Side::Client))
     }
 
     /// Runs `f` on an authenticated connection to `owner` at `endpoint`. A cached connection
     /// that turns out dead is replaced once by a fresh one.
-    fn with_conn<T>(&self, endpoint: &str, owner: &str, mut f: impl FnMut(&mut TcpStream) -> Result<T>) -> Result<T> {
+    fn with_conn<T>(&self, endpoint: &str, owner: &str, mut f: impl FnMut(&mut Conn) -> Result<T>) -> Result<T> {
         let key = format!("{owner}@{endpoint}");
         let cached = self.idle.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key).and_then(Vec::pop);
         let result = match cached {
@@ -341,9 +417,64 @@ impl Client {
 
     /// Streams published buffer `buffer` of `owner` into `dst` (exactly its length).
     pub fn fetch(&self, endpoint: &str, owner: &str, buffer: u64, dst: &mut [u8]) -> Result<()> {
+        self.fetch_range(endpoint, owner, buffer, dst.len() as u64, None, dst)
+    }
+
+    /// Like `fetch`, over `streams` connections at once, each streaming one contiguous part of
+    /// the buffer (whole 4 MiB pieces) straight into its part of `dst`: on a fast link one TCP
+    /// stream is bound by the one core that copies it out of the socket. Small buffers, and
+    /// `streams <= 1`, take one stream.
+    pub fn fetch_striped(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        buffer: u64,
+        dst: &mut [u8],
+        streams: usize,
+    ) -> Result<()> {
+        const PIECE: usize = 4 << 20;
+        let total = dst.len();
+        let streams = streams.min(total / (4 * PIECE)).max(1);
+        if streams == 1 {
+            return self.fetch(endpoint, owner, buffer, dst);
+        }
+        let part = total.div_ceil(streams).div_ceil(PIECE) * PIECE;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = dst
+                .chunks_mut(part)
+                .enumerate()
+                .map(|(i, piece)| {
+                    let at = (i * part) as u64;
+                    scope.spawn(move || self.fetch_range(endpoint, owner, buffer, total as u64, Some(at), piece))
+                })
+                .collect();
+            // Every stream is joined (so `dst` is no longer borrowed) before the first error wins.
+            let results: Vec<Result<()>> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Protocol("a stream thread panicked".into()))))
+                .collect();
+            results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+        })
+    }
+
+    /// Streams `dst.len()` bytes of buffer `buffer` (of `total` bytes) from offset `at` (`None`:
+    /// the whole buffer, in the form owners before ranges understand) into `dst`.
+    fn fetch_range(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        buffer: u64,
+        total: u64,
+        at: Option<u64>,
+        dst: &mut [u8],
+    ) -> Result<()> {
         self.with_conn(endpoint, owner, |s| {
             let mut req = buffer.to_le_bytes().to_vec();
-            req.extend_from_slice(&(dst.len() as u64).to_le_bytes());
+            req.extend_from_slice(&total.to_le_bytes());
+            if let Some(at) = at {
+                req.extend_from_slice(&at.to_le_bytes());
+                req.extend_from_slice(&(dst.len() as u64).to_le_bytes());
+            }
             frame::write(s, Kind::Get, &req)?;
             let ok = match frame::read(s, MAX_CONTROL)? {
                 (Kind::Ok, p) => p,
@@ -353,25 +484,43 @@ impl Client {
                 (Kind::Err, p) => return Err(frame::remote_error(&p)),
                 (k, _) => return Err(Error::Protocol(format!("expected Ok, got {k:?}"))),
             };
-            let total = frame::u64_at(&ok, 0)?;
-            if total != dst.len() as u64 {
-                return Err(Error::Protocol(format!("owner announced {total} bytes, expected {}", dst.len())));
+            let announced = frame::u64_at(&ok, 0)?;
+            if announced != dst.len() as u64 {
+                return Err(Error::Protocol(format!("owner announced {announced} bytes, expected {}", dst.len())));
             }
-            let mut at = 0usize;
-            loop {
-                // Data lands in `dst`, which the reference sized before any frame arrived: a
-                // declared length is checked against the room left there before a byte is read
-                // (so owners with another chunk size interoperate).
-                let (kind, len) = frame::read_header(s, u32::MAX)?;
-                match kind {
-                    Kind::Data if len as usize <= dst.len() - at => {
-                        s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
-                        at += len as usize;
-                    }
-                    Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),
-                    Kind::End if at == dst.len() && len == 0 => return Ok(()),
-                    k => return Err(Error::Protocol(format!("unexpected {k:?} frame mid-stream"))),
-                }
+            receive(s, dst)
+        })
+    }
+
+    /// Sends one control request (`Release`, `Latest`, ...) to `owner` and returns its reply
+    /// frame; an `Err` reply with the `FREED` code is `not_there`, other `Err` replies their error.
+    pub fn request(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        kind: Kind,
+        payload: &[u8],
+        not_there: impl Fn() -> Error,
+    ) -> Result<(Kind, Vec<u8>)> {
+        self.with_conn(endpoint, owner, |s| {
+            frame::write(s, kind, payload)?;
+            match frame::read(s, MAX_CONTROL)? {
+                (Kind::Err, p) if p.first() == Some(&code::FREED) => Err(not_there()),
+                (Kind::Err, p) => Err(frame::remote_error(&p)),
+                reply => Ok(reply),
+            }
+        })
+    }
+
+    /// Asks the owner whether `buffer` is still published: `Ok` if so, `Freed` if not.
+    pub fn check(&self, endpoint: &str, owner: &str, buffer: u64) -> Result<()> {
+        self.with_conn(endpoint, owner, |s| {
+            frame::write(s, Kind::Check, &buffer.to_le_bytes())?;
+            match frame::read(s, MAX_CONTROL)? {
+                (Kind::Ok, _) => Ok(()),
+                (Kind::Err, p) if p.first() == Some(&code::FREED) => Err(Error::Freed { owner: owner.into(), buffer }),
+                (Kind::Err, p) => Err(frame::remote_error(&p)),
+                (k, _) => Err(Error::Protocol(format!("expected Ok, got {k:?}"))),
             }
         })
     }
@@ -392,6 +541,32 @@ impl Client {
     /// Drops the cached connections.
     pub fn clear(&self) {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// Receives a stream's `Data` frames into `dst` until its `End`: every data byte a client
+/// receives passes through here. Data lands in `dst`, which the reference sized before any frame
+/// arrived: a declared length is checked against the room left there before a byte is read (so
+/// owners with another chunk size interoperate). After the `End` it tells the owner every byte
+/// is here (`Received`): only then may the owner recycle pages it spliced into the socket.
+fn receive(s: &mut Conn, dst: &mut [u8]) -> Result<()> {
+    let mut at = 0usize;
+    loop {
+        let (kind, len) = frame::read_header(s, u32::MAX)?;
+        match kind {
+            Kind::Data if len as usize <= dst.len() - at => {
+                s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
+                at += len as usize;
+            }
+            Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),
+            Kind::End if at == dst.len() && len == 0 => {
+                // Best effort: every byte did arrive; a broken connection shows (and is
+                // replaced) on its next use.
+                let _ = frame::write(s, Kind::Received, &[]);
+                return Ok(());
+            }
+            k => return Err(Error::Protocol(format!("unexpected {k:?} frame mid-stream"))),
+        }
     }
 }
 

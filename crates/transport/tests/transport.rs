@@ -173,7 +173,8 @@ fn orphans_of_dead_owners_are_swept_and_live_ones_kept() {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
     let start: u64 = stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(19).unwrap().parse().unwrap();
     let me = Identity::current().unwrap();
-    std::fs::write(dir.join(format!("accel-{}-{start}-1", child.id())), b"x").unwrap();
+    std::fs::write(dir.join(format!("accel-{}-{}-{start}-1", accel_transport::pid_namespace(), child.id())), b"x")
+        .unwrap();
     std::fs::write(dir.join(format!("{}7", me.segment_prefix())), b"x").unwrap();
     std::fs::write(dir.join("unrelated"), b"x").unwrap();
     assert_eq!(sweep_orphans(&dir), 0);
@@ -396,4 +397,100 @@ fn the_owner_counts_what_it_serves_and_every_failed_connection() {
     assert_eq!((s.transfers, s.bytes, s.errors), (2, 200_000, 4), "{s:?}");
     let c = consumer.metrics().get(Role::Serve, Path::Tcp);
     assert_eq!((c.transfers, c.bytes, c.errors), (0, 0, 0), "{c:?}");
+}
+
+#[test]
+fn a_leased_buffer_frees_itself_after_its_readers() {
+    let cfg = config("lease");
+    let owner = Transport::start(cfg.clone()).unwrap();
+    let consumer = Transport::start(cfg).unwrap();
+    let data = pattern(1 << 20);
+    let a = owner.arena().alloc(data.len() as u64).unwrap();
+    #[allow(unsafe_code)]
+    // SAFETY: the allocation is `data.len()` bytes and unpublished.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), a.map.as_mut_ptr(), data.len())
+    };
+    owner.publish_leased(a.buffer, 2).unwrap();
+    let d = Descriptor {
+        owner: owner.owner().into(),
+        host: owner.host().into(),
+        endpoint: owner.endpoint().into(),
+        segment: a.segment.clone(),
+        buffer: a.buffer,
+        len: data.len() as u64,
+    };
+    // Read 1 over TCP, read 2 through a mapping that outlives the lease.
+    let mut got = vec![0u8; data.len()];
+    consumer.fetch_tcp(&d, &mut got).unwrap();
+    assert_eq!(got, data);
+    assert!(!consumer.release(&d).unwrap(), "one of two reads");
+    assert_eq!(owner.lease_left(a.buffer), Some(1));
+    let view = consumer.open_shm(&d, false).unwrap();
+    assert!(consumer.release(&d).unwrap(), "the last read frees the buffer");
+    assert_eq!(owner.pool().live_buffers, 0);
+    assert_eq!(view.bytes(), &data[..], "a mapped view keeps its bytes after the lease ends");
+    assert!(matches!(consumer.fetch_tcp(&d, &mut got), Err(Error::Freed { .. })));
+    assert!(matches!(consumer.release(&d), Err(Error::Freed { .. })), "no read beyond the lease");
+    // The owner releasing its own reads counts the same way.
+    let b = owner.arena().alloc(10).unwrap();
+    owner.publish_leased(b.buffer, 1).unwrap();
+    let own = Descriptor { buffer: b.buffer, ..d.clone() };
+    assert!(owner.release(&own).unwrap());
+    assert!(owner.arena().lookup(b.buffer).is_none());
+}
+
+#[test]
+fn channel_manifests_reach_consumers_and_only_move_forward() {
+    let cfg = config("channel");
+    let owner = Transport::start(cfg.clone()).unwrap();
+    let consumer = Transport::start(cfg).unwrap();
+    assert_eq!(consumer.channel_latest(owner.owner(), owner.endpoint(), "policy").unwrap(), None);
+    owner.channel_publish("policy", 1, b"v1".to_vec()).unwrap();
+    owner.channel_publish("policy", 2, b"v2".to_vec()).unwrap();
+    assert!(owner.channel_publish("policy", 2, b"again".to_vec()).is_err());
+    let got = consumer.channel_latest(owner.owner(), owner.endpoint(), "policy").unwrap();
+    assert_eq!(got, Some((2, b"v2".to_vec())));
+    assert_eq!(owner.channel_latest(owner.owner(), owner.endpoint(), "policy").unwrap(), Some((2, b"v2".to_vec())));
+    assert_eq!(consumer.channel_latest(owner.owner(), owner.endpoint(), "other").unwrap(), None);
+    // A raw client without the secret learns nothing about channels.
+    let mut s = TcpStream::connect(owner.endpoint()).unwrap();
+    let _hello = frame::expect(&mut s, Kind::Hello, MAX_CONTROL).unwrap();
+    frame::write(&mut s, Kind::Latest, b"policy").unwrap();
+    let mut rest = Vec::new();
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.read_to_end(&mut rest);
+    assert!(!rest.windows(2).any(|w| w == b"v2"), "manifest leaked before authentication");
+}
+
+#[test]
+fn a_striped_fetch_streams_ranges_over_several_connections() {
+    let cfg = config("striped");
+    let owner = Transport::start(cfg.clone()).unwrap();
+    let client = Client::new(&cfg);
+    for n in [(33 << 20) + 4097, 16 << 20, 1000] {
+        let data = pattern(n);
+        let d = publish(&owner, &data);
+        for streams in [1, 3, 8] {
+            let mut got = vec![0u8; n];
+            client.fetch_striped(&d.endpoint, &d.owner, d.buffer, &mut got, streams).unwrap();
+            assert!(got == data, "{n} bytes over {streams} streams");
+        }
+    }
+    // A range past the end is refused with an error frame; the connection stays usable.
+    let d = publish(&owner, &pattern(4096));
+    let mut s = TcpStream::connect(owner.endpoint()).unwrap();
+    client_handshake(&mut s, SECRET).unwrap();
+    let mut req = d.buffer.to_le_bytes().to_vec();
+    for v in [4096u64, 4000, 200] {
+        req.extend_from_slice(&v.to_le_bytes());
+    }
+    frame::write(&mut s, Kind::Get, &req).unwrap();
+    assert_eq!(frame::read(&mut s, MAX_CONTROL).unwrap().0, Kind::Err);
+    let mut req = d.buffer.to_le_bytes().to_vec();
+    for v in [4096u64, 96, 4000] {
+        req.extend_from_slice(&v.to_le_bytes());
+    }
+    frame::write(&mut s, Kind::Get, &req).unwrap();
+    assert_eq!(frame::read(&mut s, MAX_CONTROL).unwrap(), (Kind::Ok, 4000u64.to_le_bytes().to_vec()));
 }

@@ -18,8 +18,9 @@ transport"):
 4. segments alive at ``ray.shutdown()`` would leak (workers are killed, no garbage collection):
    ``ray.shutdown`` and interpreter exit sweep the segments of exited owners;
 
-and it gives every worker of the job the driver's cluster secret (ACCEL_TRANSPORT_SECRET, made
-here if unset) through the job's ``runtime_env``.
+and it makes sure this node's cluster secret file exists (mode 0600, ``accel.transport.secret_file()``)
+so that workers on this node read it there. The secret itself never goes into a ``runtime_env``
+(Ray stores those and shows them in its dashboard); only a non-default file location does.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import secrets
 import sys
 import threading
 import time
@@ -155,26 +155,27 @@ def _enable_tensor_transport_by_default() -> None:
 def _share_secret_with_workers() -> None:
     import ray
 
-    if not os.environ.get(_t.SECRET_VAR):
-        os.environ[_t.SECRET_VAR] = secrets.token_hex(32)
-        if ray.is_initialized():
-            warnings.warn(
-                "accel.ray.register_transport() ran after ray.init(): workers already started do not "
-                "share this process's transport secret, so TCP transfers between them fail with "
-                "AuthError. Call it before ray.init(), or set ACCEL_TRANSPORT_SECRET for the cluster.",
-                stacklevel=3,
-            )
+    if ray.is_initialized() and not os.environ.get(_t.SECRET_VAR) and not os.path.exists(_t.secret_file()):
+        warnings.warn(
+            "accel.ray.register_transport() ran after ray.init(): workers already started may not "
+            "find this node's transport secret file, so TCP transfers between them fail with "
+            "AuthError. Call it before ray.init(), or install the secret file on every node.",
+            stacklevel=3,
+        )
+    _t.ensure_secret_file()
     original = ray.init
     if getattr(original, "__accel_patched__", False):
         return
 
     @functools.wraps(original)
     def init(*args: Any, **kwargs: Any) -> Any:
+        # Only a custom location travels with the job: a path, never the secret.
+        custom = os.environ.get(_t.SECRET_FILE_VAR)
         env = kwargs.get("runtime_env")
-        if env is None or isinstance(env, dict):
+        if custom and (env is None or isinstance(env, dict)):
             env = dict(env or {})
             env_vars = dict(env.get("env_vars") or {})
-            env_vars.setdefault(_t.SECRET_VAR, os.environ[_t.SECRET_VAR])
+            env_vars.setdefault(_t.SECRET_FILE_VAR, custom)
             env["env_vars"] = env_vars
             kwargs["runtime_env"] = env
         return original(*args, **kwargs)

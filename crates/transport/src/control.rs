@@ -1,0 +1,55 @@
+//! The owner's answers to control requests, the ones that move no buffer bytes: `Free`,
+//! `Release` (one finished read of a leased buffer) and `Latest` (a channel's newest manifest).
+//! The TCP server hands every such frame here, after the handshake, so the lease and channel
+//! logic stays out of the connection code.
+
+use crate::channel::Channels;
+use crate::error::{Error, Result};
+use crate::frame::{self, code, Kind};
+use crate::lease::Leases;
+use crate::shm::Arena;
+
+/// An owner's leases and channels.
+#[derive(Debug, Default)]
+pub struct Control {
+    pub leases: Leases,
+    pub channels: Channels,
+}
+
+impl Control {
+    /// Whether `kind` is a control request this module answers.
+    pub fn handles(kind: Kind) -> bool {
+        matches!(kind, Kind::Free | Kind::Release | Kind::Latest)
+    }
+
+    /// Frees `buffer` and forgets its lease.
+    pub fn free(&self, arena: &Arena, buffer: u64) -> Result<()> {
+        self.leases.forget(buffer);
+        arena.free(buffer)
+    }
+
+    /// The reply frame to a control request. Bad payloads are `Err` (the connection ends);
+    /// requests about unknown buffers or channels are answered with an `Err` frame.
+    pub fn answer(&self, kind: Kind, payload: &[u8], arena: &Arena, owner: &str) -> Result<(Kind, Vec<u8>)> {
+        let not_there = |what: &str| (Kind::Err, frame::error_payload(code::FREED, what));
+        Ok(match kind {
+            Kind::Free => match self.free(arena, frame::u64_at(payload, 0)?) {
+                Ok(()) => (Kind::Freed, vec![]),
+                Err(_) => not_there("buffer is not published"),
+            },
+            Kind::Release => match self.leases.release(frame::u64_at(payload, 0)?, arena, owner) {
+                Ok(freed) => (Kind::Freed, vec![u8::from(freed)]),
+                Err(_) => not_there("buffer is not leased (freed, or never published with readers)"),
+            },
+            Kind::Latest => {
+                let name =
+                    std::str::from_utf8(payload).map_err(|_| Error::Protocol("channel name is not UTF-8".into()))?;
+                match self.channels.latest(name) {
+                    Some((version, manifest)) => (Kind::Ok, Channels::encode(version, &manifest)),
+                    None => not_there("no such channel"),
+                }
+            }
+            other => return Err(Error::Protocol(format!("{other:?} is not a control request"))),
+        })
+    }
+}
