@@ -71,7 +71,8 @@ pub struct SlurmArgs {
     /// Directory to write the files into (created if missing).
     #[arg(long, value_name = "DIR")]
     out_dir: PathBuf,
-    /// Where the device files are (`File=` in gres.conf).
+    /// Where the device files are: each device's `/dev/...` file (its vocabulary's
+    /// `device_files`) is written under this directory as gres.conf `File=`.
     #[arg(long, value_name = "DIR", default_value = "/dev")]
     dev_dir: String,
 }

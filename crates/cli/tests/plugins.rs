@@ -40,6 +40,7 @@ fn ascend_through_the_protocol_alone() {
     assert!(accs.iter().all(|a| a["plugin"] == "ascend" && a["product"] == "Huawei Ascend 910B"));
     assert_eq!(accs[5]["vocabulary"]["isolation"], serde_json::json!(["5"]));
     assert_eq!(accs[5]["vocabulary"]["ray_resource"], "NPU");
+    assert_eq!(accs[5]["vocabulary"]["device_files"], serde_json::json!(["/dev/davinci5"]));
     assert!(m["warnings"].as_array().unwrap().is_empty(), "{}", m["warnings"]);
 
     let labels = stdout(accel(&["labels", "--root", root], true));

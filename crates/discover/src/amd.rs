@@ -162,7 +162,7 @@ impl Vendor for Amd {
         let mut hidden = Vec::new();
         for n in &gpu_nodes {
             let minor = n.get("drm_render_minor");
-            if check_dev && minor > 0 && !host.exists(&host.path(&format!("/dev/dri/renderD{minor}"))) {
+            if check_dev && minor > 0 && !host.exists(&host.path(&render_node(minor))) {
                 if let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")) {
                     let physical = kfd_pci_addr(n.get("domain"), n.get("location_id") & !7).unwrap_or(addr);
                     claimed.insert(physical);
@@ -246,6 +246,10 @@ impl Vendor for Amd {
                 *k += 1;
             }
             acc.pci = Some(physical_addr);
+            // ROCr opens this node's render node (each partition has its own); KFD names it.
+            if minor > 0 {
+                acc.vocabulary.device_files = vec![render_node(minor)];
+            }
             if report.accelerators.iter().any(|a| a.id == acc.id) {
                 // Two KFD nodes naming one PCI function without a partition id to tell them apart.
                 report.warnings.push(Warning {
@@ -320,6 +324,11 @@ impl Vendor for Amd {
         // within the ROCr-visible set, not among all devices.
         isolate_by_index(devices, &["HIP_VISIBLE_DEVICES"])
     }
+}
+
+/// The DRM render node of KFD's `drm_render_minor`: the device file ROCr opens.
+fn render_node(minor: u64) -> String {
+    format!("/dev/dri/renderD{minor}")
 }
 
 #[cfg(test)]

@@ -48,9 +48,13 @@ impl Vendor for Gaudi {
                 .or_else(|| host.resolve_link(&dev).and_then(|p| p.file_name()?.to_str()?.parse().ok()));
             let Some(acc) = addr.and_then(|a| accs.get_mut(&a)) else { continue };
             // The habanalabs runtime opens /dev/accel/accel<N> (older drivers: /dev/hl<N>).
+            let file = format!("/dev/accel/{name}");
             let legacy = name.strip_prefix("accel").map(|n| format!("/dev/hl{n}"));
-            let opened = host.exists(&host.path(&format!("/dev/accel/{name}")))
-                || legacy.is_some_and(|l| host.exists(&host.path(&l)));
+            let opened = host.exists(&host.path(&file)) || legacy.as_ref().is_some_and(|l| host.exists(&host.path(l)));
+            acc.vocabulary.device_files = match legacy {
+                Some(l) if check_dev && !host.exists(&host.path(&file)) && host.exists(&host.path(&l)) => vec![l],
+                _ => vec![file],
+            };
             if check_dev && !opened {
                 hidden.extend(acc.pci.map(|p| p.to_string()));
             }

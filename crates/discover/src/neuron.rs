@@ -120,10 +120,14 @@ impl Vendor for Neuron {
             first += count;
         }
         // The Neuron runtime opens /dev/neuron<N> (N in PCI order, as neuron<N> above).
+        for (i, acc) in accs.iter_mut().enumerate() {
+            acc.vocabulary.device_files = vec![format!("/dev/neuron{i}")];
+        }
         if crate::plugin::has_dev(host) {
-            let hidden: Vec<String> = (0..accs.len())
-                .filter(|i| !host.exists(&host.path(&format!("/dev/neuron{i}"))))
-                .filter_map(|i| accs[i].pci.map(|p| p.to_string()))
+            let hidden: Vec<String> = accs
+                .iter()
+                .filter(|a| !host.exists(&host.path(&a.vocabulary.device_files[0])))
+                .filter_map(|a| a.pci.map(|p| p.to_string()))
                 .collect();
             report.warnings.extend(crate::plugin::not_visible(
                 SRC,

@@ -71,6 +71,12 @@ impl Vendor for Nvidia {
         let mut gpus: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x10de, is_gpu_class)
             .map(|n| (n.address.expect("filtered"), pci_accelerator(host, n, "nvidia", "nvidia")))
             .collect();
+        // The driver's /dev/nvidia<minor>: minors follow probe order, which is PCI bus order
+        // over every GPU of the host (a container given some GPUs keeps the host's minors).
+        // Set before NVML so MIG partitions share their GPU's file.
+        for (minor, gpu) in gpus.values_mut().enumerate() {
+            gpu.vocabulary.device_files = vec![format!("/dev/nvidia{minor}")];
+        }
         let snapshot = match host.nvml() {
             Some(source) => source.snapshot(),
             None => match host.read_text(&host.path(RECORDED_NVML), 16 << 20, SRC, &mut report.warnings) {

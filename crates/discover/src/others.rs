@@ -57,6 +57,16 @@ impl Vendor for IntelGpu {
             if !matches!(driver, "xe" | "i915" | "") {
                 acc.product = format!("{} (driver {driver})", acc.product);
             }
+            // Level Zero opens the render node: the one sysfs lists under the function's drm/,
+            // else the minor probe order gives (from 128, PCI order, as the list here).
+            let render = host
+                .list_dir(&dev.join("drm"), SRC, &mut Vec::new())
+                .into_iter()
+                .find(|n| {
+                    n.strip_prefix("renderD").is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .unwrap_or_else(|| format!("renderD{}", 128 + report.accelerators.len()));
+            acc.vocabulary.device_files = vec![format!("/dev/dri/{render}")];
             report.accelerators.push(acc);
         }
         report
@@ -81,8 +91,14 @@ impl Vendor for Groq {
 
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         Report {
+            // The driver's /dev/groq<N>, numbered in probe (PCI) order.
             accelerators: pci_functions(platform, 0x1de0, |_| true)
-                .map(|n| pci_accelerator(host, n, "groq", "groq"))
+                .enumerate()
+                .map(|(i, n)| {
+                    let mut acc = pci_accelerator(host, n, "groq", "groq");
+                    acc.vocabulary.device_files = vec![format!("/dev/groq{i}")];
+                    acc
+                })
                 .collect(),
             ..Report::default()
         }

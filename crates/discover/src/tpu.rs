@@ -118,7 +118,21 @@ impl Vendor for Tpu {
         if chips.is_empty() {
             return report;
         }
-        let accs: Vec<Accelerator> = chips.into_values().collect();
+        let mut accs: Vec<Accelerator> = chips.into_values().collect();
+        // Each chip's device node: /dev/accel<N> in PCI order (v2-v4), or, where that is absent
+        // and /dev is here to look in, the VFIO group of the chip's IOMMU group (v5e and later).
+        let check_dev = crate::plugin::has_dev(host);
+        for (i, acc) in accs.iter_mut().enumerate() {
+            let accel = format!("/dev/accel{i}");
+            let vfio = acc
+                .pci
+                .and_then(|p| host.resolve_link(&host.path(&format!("/sys/bus/pci/devices/{p}/iommu_group"))))
+                .and_then(|g| Some(format!("/dev/vfio/{}", g.file_name()?.to_str()?)));
+            acc.vocabulary.device_files = match vfio {
+                Some(v) if check_dev && !host.exists(&host.path(&accel)) && host.exists(&host.path(&v)) => vec![v],
+                _ => vec![accel],
+            };
+        }
         // Slice facts: the environment (GKE, Ray) first, else GCE metadata.
         let meta = platform.attributes.get("gce.tpu-env").map(|t| parse_tpu_env(t)).unwrap_or_default();
         let fact = |env: &str, key: &str| -> Option<(String, String)> {

@@ -6,13 +6,12 @@
 //! - [`slurm`]: Slurm's `gres.conf`, `topology.conf` (tree) and `topology.yaml` (block, torus3d).
 //!
 //! Nothing here reads the host or the clock: the caller passes the machine, the node name and
-//! the time. Facts come from the model; the few per-vendor facts the model does not carry yet
-//! live in [`vocab`], and nowhere else.
+//! the time. Facts come from the model, per-device names from each device's vocabulary (filled
+//! by its discovery plugin): no vendor table lives here.
 
 pub mod dra;
 pub mod nfd;
 pub mod slurm;
-pub mod vocab;
 
 /// What an export cannot do with the input it was given.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,7 @@ use accel_model::{Accelerator, Machine};
 use accel_plan::{machine_domains, Cluster};
 use serde::Serialize;
 
-use crate::{vocab, ExportError};
+use crate::ExportError;
 
 /// The generated files, and what could not be expressed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -102,8 +102,15 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
     let exported: Vec<(&Accelerator, String)> = machine
         .accelerators
         .iter()
-        .filter_map(|acc| match vocab::device_file(machine, acc) {
-            Some(file) => Some((acc, file)),
+        .filter_map(|acc| match acc.vocabulary.device_files.first().map(|f| device_file(f, dev_dir)) {
+            Some(Ok(file)) => Some((acc, file)),
+            Some(Err(bad)) => {
+                files.warnings.push(format!(
+                    "{}: {}: device file {bad:?} is not a plain path under /dev; left out of gres.conf",
+                    node.name, acc.id
+                ));
+                None
+            }
             None => {
                 files.warnings.push(format!("{}: {}: no known device file; left out of gres.conf", node.name, acc.id));
                 None
@@ -114,7 +121,7 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
     for (i, (acc, file)) in exported.iter().enumerate() {
         let ty = gres_type(acc);
         *counts.entry(ty.clone()).or_default() += 1;
-        let mut line = format!("NodeName={} Name=gpu Type={ty} File={dev_dir}/{file}", node.name);
+        let mut line = format!("NodeName={} Name=gpu Type={ty} File={file}", node.name);
         if let Some(&(_, first, n)) = acc.numa_node.and_then(|id| sockets.iter().find(|s| s.0 == id)) {
             line += &format!(" Cores={}", range(first, n));
         }
@@ -145,6 +152,23 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
     }
     files.nodes_conf += &line;
     files.nodes_conf.push('\n');
+}
+
+/// A device's file (`/dev/nvidia0`, from its vocabulary) under `dev_dir` instead of `/dev`;
+/// `Err` with the path when it is not a plain path under `/dev` (a plugin's answer goes into a
+/// config file: no `..`, spaces or other characters gres.conf would misread).
+fn device_file(file: &str, dev_dir: &str) -> Result<String, String> {
+    let rest = file.strip_prefix("/dev/").ok_or_else(|| file.to_owned())?;
+    let plain = rest.split('/').all(|part| {
+        !part.is_empty()
+            && !part.starts_with('.')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+    });
+    if plain {
+        Ok(format!("{dev_dir}/{rest}"))
+    } else {
+        Err(file.to_owned())
+    }
 }
 
 fn range(first: u32, n: u32) -> String {

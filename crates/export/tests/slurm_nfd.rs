@@ -160,6 +160,35 @@ fn dgx_racks_make_a_tree_and_gres_lines() {
 }
 
 #[test]
+fn gres_files_come_from_each_devices_vocabulary_under_dev_dir() {
+    // AMD render nodes are KFD's drm_render_minor (this capture's order is 130, 131, 129, ...),
+    // not 128 + index; --dev-dir re-roots /dev.
+    let machine = samples::machine("mi210-2hive").unwrap();
+    let expected: Vec<String> =
+        machine.accelerators.iter().map(|a| a.vocabulary.device_files[0].replace("/dev/", "/srv/dev/")).collect();
+    assert_eq!(expected[0], "/srv/dev/dri/renderD130");
+    let files = slurm::export(&cluster(&[("mi210-2hive", 1)], None), "/srv/dev/").unwrap();
+    let got: Vec<&str> =
+        files.gres_conf.lines().filter_map(|l| l.split(' ').find_map(|w| w.strip_prefix("File="))).collect();
+    assert_eq!(got, expected);
+
+    // A device without device files is left out with a warning; one whose file is not a plain
+    // /dev path (an external plugin's answer) is refused, never written into gres.conf.
+    let mut machine = samples::machine("dgx-h100").unwrap();
+    machine.accelerators[0].vocabulary.device_files.clear();
+    machine.accelerators[1].vocabulary.device_files = vec!["/dev/../etc/passwd".into()];
+    machine.accelerators[2].vocabulary.device_files = vec!["/dev/nvidia2 Cores=0".into()];
+    let mut c = Cluster::default();
+    c.add_nodes("dgx-h100", machine, 1, 18);
+    let files = slurm::export(&c, "/dev").unwrap();
+    assert_eq!(files.gres_conf.lines().filter(|l| !l.starts_with('#')).count(), 5, "{}", files.gres_conf);
+    assert!(!files.gres_conf.contains("passwd") && !files.gres_conf.contains("nvidia2"), "{}", files.gres_conf);
+    assert_eq!(files.warnings.len(), 3, "{:?}", files.warnings);
+    assert!(files.warnings[0].contains("no known device file"), "{:?}", files.warnings);
+    assert!(files.warnings[1].contains("not a plain path under /dev"), "{:?}", files.warnings);
+}
+
+#[test]
 fn nvl72_cliques_make_blocks() {
     let files = slurm::export(&cluster(&[("gb200-nvl72-tray", 36)], Some(18)), "/dev").unwrap();
     let yaml = check_yaml(&files.topology_yaml);

@@ -254,6 +254,11 @@ pub struct Vocabulary {
     /// The Kubernetes extended resource of the vendor's device plugin (`nvidia.com/gpu`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub k8s_resource: Option<String>,
+    /// The device files under `/dev` the driver creates for this device, its own node first
+    /// (`/dev/nvidia0`, `/dev/dri/renderD128`); Slurm's `gres.conf` `File=` is the first. Set per
+    /// device by the plugin that found it; empty when the plugin does not know them.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub device_files: Vec<String>,
 }
 
 impl Vocabulary {
