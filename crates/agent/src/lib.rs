@@ -31,6 +31,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub node_name: String,
     pub machine: accel_model::Machine,
+    /// `GET /v1/env`: the environment fingerprint, serialised (`accel env --json`).
+    pub env: String,
     pub readers: Readers,
     pub token: Option<String>,
     pub cluster_file: Option<PathBuf>,
@@ -62,6 +64,7 @@ pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), Error
         let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| Error::Bind(config.listen, e))?;
         let addr = listener.local_addr().map_err(|e| Error::Bind(config.listen, e))?;
         let mut state = State::new(config.node_name, config.machine, config.token);
+        state.env_json = config.env;
         state.cluster_file = config.cluster_file;
         state.transport_dir = config.transport_dir;
         state.interval = config.interval;

@@ -27,6 +27,8 @@ pub struct State {
     pub machine: Machine,
     /// `/v1/node`, serialised once.
     pub machine_json: String,
+    /// `/v1/env`: the environment fingerprint, serialised once (empty object until set).
+    pub env_json: String,
     pub token: Option<String>,
     pub cluster_file: Option<PathBuf>,
     pub transport_dir: Option<PathBuf>,
@@ -53,6 +55,7 @@ impl State {
             node_name,
             machine,
             machine_json,
+            env_json: "{}".into(),
             token,
             cluster_file: None,
             transport_dir: None,
@@ -88,11 +91,12 @@ impl State {
     }
 }
 
-/// The routes. `GET /v1/env` is added by the fingerprint issue beside these (one line).
+/// The routes.
 pub fn router(state: Arc<State>) -> Router {
     let api = Router::new()
         .route("/v1/node", get(node))
         .route("/v1/health", get(health))
+        .route("/v1/env", get(env))
         .route("/v1/readings", get(readings))
         .route("/v1/cluster", get(cluster))
         .route("/metrics", get(prometheus))
@@ -150,6 +154,10 @@ async fn not_found() -> Response {
 
 async fn node(AxState(state): AxState<Arc<State>>) -> Response {
     json_response(state.machine_json.clone())
+}
+
+async fn env(AxState(state): AxState<Arc<State>>) -> Response {
+    json_response(state.env_json.clone())
 }
 
 async fn health(AxState(state): AxState<Arc<State>>) -> Response {

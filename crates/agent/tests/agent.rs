@@ -172,10 +172,12 @@ fn partitioned_devices_join_by_partition() {
 fn start(token: Option<&str>) -> SocketAddr {
     let (machine, readers) = gb200();
     let (tx, rx) = std::sync::mpsc::channel();
+    let env = serde_json::to_string(&accel_discover::fingerprint::collect_with(&readers.host, &machine)).unwrap();
     let config = accel_agent::Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         node_name: "tray-0".into(),
         machine,
+        env,
         readers,
         token: token.map(str::to_owned),
         cluster_file: None,
@@ -227,6 +229,11 @@ fn api_serves_the_model_metrics_health_and_dashboard() {
     assert!(head.contains("content-type: application/json"));
     let node: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(node["accelerators"].as_array().unwrap().len(), 4);
+    // The fingerprint of the served machine: its topology hash is known even for a capture.
+    let (code, _, body) = http(addr, "GET", "/v1/env", &[]);
+    assert_eq!(code, 200, "{body}");
+    let env: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(env["fields"]["topology.hash"]["value"].as_str().is_some_and(|h| !h.is_empty()), "{env}");
     let (code, head, body) = http(addr, "GET", "/metrics", &[]);
     assert_eq!(code, 200);
     assert!(head.contains("application/openmetrics-text"), "{head}");
@@ -292,6 +299,7 @@ fn a_network_listener_without_a_token_does_not_start() {
         listen: "0.0.0.0:0".parse().unwrap(),
         node_name: "n".into(),
         machine,
+        env: "{}".into(),
         readers,
         token: None,
         cluster_file: None,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accel_agent::readers::Readers;
-use accel_discover::{default_plugins, discover, Host};
+use accel_discover::Host;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
@@ -16,7 +16,7 @@ use crate::SourceArgs;
 /// `accel agent` arguments.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Endpoints (GET only):\n  /             the dashboard (assets built in; works offline)\n  /v1/node      the node's model (docs/schema.md)\n  /v1/health    readers, sample age; 503 when the sampler is stuck\n  /v1/readings  the latest readings, vendor-neutral (plugin protocol v1 shape)\n  /v1/cluster   the Ray cluster view (--cluster-file), or this node alone\n  /metrics      Prometheus/OpenMetrics (names in docs/metrics.md)\n  /metrics/transport  transport metrics of this node's processes (--transport-dir)\n\nSecurity: on a loopback address no token is needed. Any other address requires\n--token-file; requests then carry `Authorization: Bearer <token>`.\n\nExamples:\n  accel agent                                   this machine, on 127.0.0.1:9477\n  accel agent --sample gb200-nvl72-tray         a captured machine with recorded readings\n  accel agent --listen 0.0.0.0:9477 --token-file /etc/accel/token\n\nEnvironment:\n  ACCEL_PLUGIN_DIR  directory of accel-plugin-<name> executables whose `metrics` verb is read"
+    after_help = "Endpoints (GET only):\n  /             the dashboard (assets built in; works offline)\n  /v1/node      the node's model (docs/schema.md)\n  /v1/health    readers, sample age; 503 when the sampler is stuck\n  /v1/env       the environment fingerprint (`accel env --json`)\n  /v1/readings  the latest readings, vendor-neutral (plugin protocol v1 shape)\n  /v1/cluster   the Ray cluster view (--cluster-file), or this node alone\n  /metrics      Prometheus/OpenMetrics (names in docs/metrics.md)\n  /metrics/transport  transport metrics of this node's processes (--transport-dir)\n\nSecurity: on a loopback address no token is needed. Any other address requires\n--token-file; requests then carry `Authorization: Bearer <token>`.\n\nExamples:\n  accel agent                                   this machine, on 127.0.0.1:9477\n  accel agent --sample gb200-nvl72-tray         a captured machine with recorded readings\n  accel agent --listen 0.0.0.0:9477 --token-file /etc/accel/token\n\nEnvironment:\n  ACCEL_PLUGIN_DIR  directory of accel-plugin-<name> executables whose `metrics` verb is read"
 )]
 pub struct AgentArgs {
     /// Address to listen on. Anything but loopback needs --token-file.
@@ -67,7 +67,10 @@ pub fn run(args: AgentArgs) -> Result<()> {
         None => None,
     };
     let (host, live) = agent_host(&args.source)?;
-    let machine = discover(&host, &default_plugins());
+    // The same discovery as every other command (built-in and external plugins).
+    let machine = accel_discover::discover_all(&host, &crate::exec_options());
+    let env = serde_json::to_string(&accel_discover::fingerprint::collect_with(&host, &machine))
+        .context("cannot serialise the environment fingerprint")?;
     let node_name = args
         .node_name
         .clone()
@@ -86,6 +89,7 @@ pub fn run(args: AgentArgs) -> Result<()> {
         listen: args.listen,
         node_name,
         machine,
+        env,
         readers,
         token,
         cluster_file: args.cluster_file,

@@ -270,7 +270,7 @@ fn discover_machine(args: &SourceArgs) -> Result<Machine> {
 }
 
 /// External plugins are found through the process environment (`ACCEL_PLUGIN_DIR`, `PATH`).
-fn exec_options() -> accel_discover::exec::ExecOptions {
+pub(crate) fn exec_options() -> accel_discover::exec::ExecOptions {
     accel_discover::exec::ExecOptions::from_env(&std::env::vars().collect())
 }
 
