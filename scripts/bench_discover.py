@@ -73,9 +73,13 @@ def main():
     theirs_cmd = ["lstopo", "--of", "xml", "--whole-io", "-"]
     for _ in range(3):  # warm the page cache for both
         timed(ours_cmd), timed(theirs_cmd, lstopo_env)
-    ours, theirs, ours_start, theirs_start = [], [], [], []
+    ours, theirs, ours_start, theirs_start, ours_nopath = [], [], [], [], []
+    # accel also searches ACCEL_PLUGIN_DIR and PATH for external plugins (accel-plugin-<name>);
+    # timed once more with an empty PATH to show what that search costs on this machine.
+    nopath_env = dict(os.environ, PATH="")
     for _ in range(args.runs):
         ours.append(timed(ours_cmd))
+        ours_nopath.append(timed(ours_cmd, nopath_env))
         theirs.append(timed(theirs_cmd, lstopo_env))
         # Process start alone, for each binary: `--version` execs, links and exits.
         ours_start.append(timed([str(accel), "--version"]))
@@ -99,8 +103,12 @@ def main():
         "",
         f"Process start alone (each binary's `--version`, same run): accel {statistics.median(ours_start) * 1e3:.2f} ms,",
         f"lstopo {statistics.median(theirs_start) * 1e3:.2f} ms. Beyond it, accel's discovery work takes {work_ours * 1e3:.2f} ms",
-        f"and lstopo's {work_theirs * 1e3:.2f} ms: {work_theirs / work_ours:.1f}x. On this VM a process start costs",
-        "more than accel's whole discovery, which is mostly small sysfs reads (an open, a read and a close each).",
+        f"and lstopo's {work_theirs * 1e3:.2f} ms: {work_theirs / work_ours:.1f}x. accel's discovery work is",
+        "mostly small sysfs reads (an open, a read and a close each).",
+        "",
+        f"Of accel's time, the search of `ACCEL_PLUGIN_DIR` and `PATH` for external plugins takes",
+        f"{(m_ours - statistics.median(ours_nopath)) * 1e3:.2f} ms here (median with an empty `PATH`: {statistics.median(ours_nopath) * 1e3:.2f} ms;",
+        f"PATH holds {len([d for d in dict.fromkeys(os.environ.get('PATH', '').split(':')) if d])} directories).",
         "",
         "Reproduce: `python3 scripts/bench_discover.py` (needs Debian's `hwloc`).",
         END,

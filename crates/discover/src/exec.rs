@@ -60,7 +60,12 @@ impl ExecOptions {
         let mut dirs: Vec<PathBuf> = Vec::new();
         for var in ["ACCEL_PLUGIN_DIR", "PATH"] {
             if let Some(v) = env.get(var) {
-                dirs.extend(v.split(':').filter(|d| !d.is_empty()).map(PathBuf::from));
+                for d in v.split(':').filter(|d| !d.is_empty()).map(PathBuf::from) {
+                    // A directory listed twice (PATH often repeats one) is searched once.
+                    if !dirs.contains(&d) {
+                        dirs.push(d);
+                    }
+                }
             }
         }
         let timeout = env
