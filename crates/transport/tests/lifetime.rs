@@ -9,35 +9,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use accel_transport::frame::{self, Kind, MAX_CONTROL};
-use accel_transport::{client_handshake, pid_namespace, sweep_orphans, Config, Descriptor, Error, Transport};
+use accel_transport::{client_handshake, pid_namespace, sweep_orphans, Config, Error, Transport};
 
-const SECRET: &[u8] = b"test-cluster-secret-0123456789";
+mod support;
+use support::{publish, publish_leased, SECRET};
 
 fn config(tag: &str) -> Config {
-    let dir = std::env::temp_dir().join(format!("accel-lifetime-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut c = Config::new(SECRET);
-    c.shm_dir = dir;
-    c
-}
-
-fn publish(t: &Transport, data: &[u8]) -> Descriptor {
-    let a = t.arena().alloc(data.len() as u64).unwrap();
-    // SAFETY: the allocation is at least `data.len()` bytes and nobody else sees it yet.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::ptr::copy_nonoverlapping(data.as_ptr(), a.map.as_mut_ptr(), data.len())
-    };
-    t.arena().publish(a.buffer).unwrap();
-    Descriptor {
-        owner: t.owner().into(),
-        host: t.host().into(),
-        endpoint: t.endpoint().into(),
-        segment: a.segment,
-        buffer: a.buffer,
-        len: data.len() as u64,
-    }
+    support::config_in(support::shm_dir("accel-lifetime", tag))
 }
 
 /// The owner splices a buffer's pages into the socket; the consumer reads the reply header and
@@ -153,24 +131,6 @@ fn encrypted_connections_carry_data_and_refuse_plaintext_frames() {
     consumer2.check(&d).unwrap();
     consumer2.free(&d).unwrap();
     assert!(matches!(consumer2.check(&d), Err(Error::Freed { .. })));
-}
-
-fn publish_leased(t: &Transport, data: &[u8], readers: u32) -> Descriptor {
-    let a = t.arena().alloc(data.len() as u64).unwrap();
-    // SAFETY: the allocation is at least `data.len()` bytes and nobody else sees it yet.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::ptr::copy_nonoverlapping(data.as_ptr(), a.map.as_mut_ptr(), data.len())
-    };
-    t.publish_leased(a.buffer, readers).unwrap();
-    Descriptor {
-        owner: t.owner().into(),
-        host: t.host().into(),
-        endpoint: t.endpoint().into(),
-        segment: a.segment,
-        buffer: a.buffer,
-        len: data.len() as u64,
-    }
 }
 
 fn tcp_serve_errors(t: &Transport) -> u64 {

@@ -13,38 +13,15 @@ use accel_transport::{
     PathStats, Role, Transport,
 };
 
-const SECRET: &[u8] = b"test-cluster-secret-0123456789";
+mod support;
+use support::{publish, SECRET};
 
 fn shm_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("accel-transport-test-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    support::shm_dir("accel-transport-test", tag)
 }
 
 fn config(tag: &str) -> Config {
-    let mut c = Config::new(SECRET);
-    c.shm_dir = shm_dir(tag);
-    c
-}
-
-/// Publishes `data` from `t` and returns its descriptor.
-fn publish(t: &Transport, data: &[u8]) -> Descriptor {
-    let a = t.arena().alloc(data.len() as u64).unwrap();
-    // SAFETY: the allocation is at least `data.len()` bytes and nobody else sees it yet.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::ptr::copy_nonoverlapping(data.as_ptr(), a.map.as_mut_ptr(), data.len())
-    };
-    t.arena().publish(a.buffer).unwrap();
-    Descriptor {
-        owner: t.owner().into(),
-        host: t.host().into(),
-        endpoint: t.endpoint().into(),
-        segment: a.segment,
-        buffer: a.buffer,
-        len: data.len() as u64,
-    }
+    support::config_in(shm_dir(tag))
 }
 
 fn pattern(n: usize) -> Vec<u8> {
