@@ -3,8 +3,7 @@
 
 use std::io::{Read, Write};
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use ring::hmac;
 
 use crate::error::{Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
@@ -20,12 +19,18 @@ fn nonce() -> Result<[u8; NONCE_LEN]> {
     Ok(n)
 }
 
-fn mac(secret: &[u8], label: &[u8], a: &[u8], b: &[u8]) -> Hmac<Sha256> {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
-    m.update(label);
-    m.update(a);
-    m.update(b);
-    m
+/// The MAC's message: a label, then both nonces in a fixed order.
+fn message(label: &[u8], a: &[u8], b: &[u8]) -> Vec<u8> {
+    [label, a, b].concat()
+}
+
+fn mac(secret: &[u8], label: &[u8], a: &[u8], b: &[u8]) -> hmac::Tag {
+    hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, secret), &message(label, a, b))
+}
+
+/// Checks `proof` in constant time (`ring::hmac::verify`).
+fn verify(secret: &[u8], label: &[u8], a: &[u8], b: &[u8], proof: &[u8]) -> bool {
+    hmac::verify(&hmac::Key::new(hmac::HMAC_SHA256, secret), &message(label, a, b), proof).is_ok()
 }
 
 /// Server side: greets with a nonce and `owner`, checks the client's proof, proves itself.
@@ -41,12 +46,12 @@ pub fn server_handshake<S: Read + Write>(s: &mut S, secret: &[u8], owner: &str) 
         return Err(Error::Auth("malformed client proof".into()));
     }
     let (nc, proof) = auth.split_at(NONCE_LEN);
-    if mac(secret, b"accel-c", &ns, nc).verify_slice(proof).is_err() {
+    if !verify(secret, b"accel-c", &ns, nc, proof) {
         let _ = frame::write(s, Kind::Err, &frame::error_payload(code::AUTH, "wrong cluster secret"));
         return Err(Error::Auth("a client presented a wrong cluster secret".into()));
     }
-    let reply = mac(secret, b"accel-s", nc, &ns).finalize().into_bytes();
-    frame::write(s, Kind::AuthOk, &reply)?;
+    let reply = mac(secret, b"accel-s", nc, &ns);
+    frame::write(s, Kind::AuthOk, reply.as_ref())?;
     Ok(Nonces { server: ns, client: nc.try_into().expect("NONCE_LEN bytes") })
 }
 
@@ -61,11 +66,11 @@ pub fn client_handshake<S: Read + Write>(s: &mut S, secret: &[u8]) -> Result<(St
     let owner = String::from_utf8_lossy(owner).into_owned();
     let nc = nonce()?;
     let mut auth = nc.to_vec();
-    auth.extend_from_slice(&mac(secret, b"accel-c", ns, &nc).finalize().into_bytes());
+    auth.extend_from_slice(mac(secret, b"accel-c", ns, &nc).as_ref());
     frame::write(s, Kind::Auth, &auth)?;
     let proof = frame::expect(s, Kind::AuthOk, MAX_CONTROL)?;
-    mac(secret, b"accel-s", &nc, ns)
-        .verify_slice(&proof)
-        .map_err(|_| Error::Auth("the server does not hold the cluster secret".into()))?;
+    if !verify(secret, b"accel-s", &nc, ns, &proof) {
+        return Err(Error::Auth("the server does not hold the cluster secret".into()));
+    }
     Ok((owner, Nonces { server: ns.try_into().expect("NONCE_LEN bytes"), client: nc }))
 }

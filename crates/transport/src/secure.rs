@@ -12,10 +12,8 @@
 
 use std::io::{self, ErrorKind, Read, Write};
 
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::{Aes256Gcm, KeyInit, Nonce, Tag};
-use hkdf::Hkdf;
-use sha2::Sha256;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use ring::hkdf::{Salt, HKDF_SHA256};
 
 /// Most plaintext bytes in one record; a longer write becomes several records.
 pub const MAX_RECORD: usize = 256 << 10;
@@ -38,8 +36,8 @@ pub enum Side {
 /// A byte stream whose every record is encrypted and authenticated.
 pub struct Secure<S> {
     inner: S,
-    send: Aes256Gcm,
-    recv: Aes256Gcm,
+    send: LessSafeKey,
+    recv: LessSafeKey,
     send_seq: u64,
     recv_seq: u64,
     /// Decrypted bytes of the current record not yet read.
@@ -54,19 +52,20 @@ impl<S> std::fmt::Debug for Secure<S> {
     }
 }
 
-fn key(secret: &[u8], n: &Nonces, label: &[u8]) -> Aes256Gcm {
+fn key(secret: &[u8], n: &Nonces, label: &[u8]) -> LessSafeKey {
     let mut salt = [0u8; 64];
     salt[..32].copy_from_slice(&n.server);
     salt[32..].copy_from_slice(&n.client);
-    let mut okm = [0u8; 32];
-    Hkdf::<Sha256>::new(Some(&salt), secret).expand(label, &mut okm).expect("32 bytes is a valid HKDF-SHA256 length");
-    Aes256Gcm::new_from_slice(&okm).expect("32-byte key")
+    let info = [label];
+    let prk = Salt::new(HKDF_SHA256, &salt).extract(secret);
+    let okm = prk.expand(&info, &AES_256_GCM).expect("one AES-256 key is a valid HKDF-SHA256 length");
+    LessSafeKey::new(UnboundKey::from(okm))
 }
 
-fn nonce(seq: u64) -> Nonce<aes_gcm::aead::consts::U12> {
+fn nonce(seq: u64) -> Nonce {
     let mut n = [0u8; 12];
     n[4..].copy_from_slice(&seq.to_be_bytes());
-    n.into()
+    Nonce::assume_unique_for_key(n)
 }
 
 fn bad(msg: &str) -> io::Error {
@@ -92,13 +91,13 @@ impl<S> Secure<S> {
 }
 
 impl<S: Read> Secure<S> {
-    /// Reads and opens the next record; `Ok(false)` on a clean end of stream between records.
-    fn next_record(&mut self) -> io::Result<bool> {
+    /// Reads the next record's length; `Ok(None)` on a clean end of stream between records.
+    fn next_len(&mut self) -> io::Result<Option<([u8; 4], usize)>> {
         let mut len = [0u8; 4];
         let mut got = 0;
         while got < 4 {
             match self.inner.read(&mut len[got..]) {
-                Ok(0) if got == 0 => return Ok(false),
+                Ok(0) if got == 0 => return Ok(None),
                 Ok(0) => return Err(io::Error::new(ErrorKind::UnexpectedEof, "encrypted stream cut mid-record")),
                 Ok(n) => got += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -106,30 +105,45 @@ impl<S: Read> Secure<S> {
             }
         }
         let n = u32::from_le_bytes(len) as usize;
-        // Checked before allocating: a peer cannot make us reserve more than one record.
+        // Checked before any buffer is sized: a peer cannot make us reserve more than one record.
         if !(TAG_LEN..=MAX_RECORD + TAG_LEN).contains(&n) {
             return Err(bad(&format!("record of {n} bytes")));
         }
-        self.rbuf.resize(n, 0);
-        self.inner.read_exact(&mut self.rbuf)?;
-        let (body, tag) = self.rbuf.split_at_mut(n - TAG_LEN);
-        let tag = Tag::clone_from_slice(tag);
-        self.recv
-            .decrypt_in_place_detached(&nonce(self.recv_seq), &len, body, &tag)
-            .map_err(|_| bad("a record failed authentication (tampered, replayed, reordered or injected)"))?;
+        Ok(Some((len, n)))
+    }
+
+    /// Reads the `n`-byte sealed record into `buf` and opens it in place; returns the plaintext
+    /// length. `buf` holds ciphertext, not plaintext, if this fails.
+    fn open_into(&mut self, len: [u8; 4], buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_exact(buf)?;
+        let plain = self
+            .recv
+            .open_in_place(nonce(self.recv_seq), Aad::from(len), buf)
+            .map_err(|_| bad("a record failed authentication (tampered, replayed, reordered or injected)"))?
+            .len();
         self.recv_seq += 1;
-        self.rbuf.truncate(n - TAG_LEN);
-        self.rpos = 0;
-        Ok(true)
+        Ok(plain)
     }
 }
 
 impl<S: Read> Read for Secure<S> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while self.rpos == self.rbuf.len() {
-            if out.is_empty() || !self.next_record()? {
+        if self.rpos == self.rbuf.len() {
+            let Some((len, n)) = (if out.is_empty() { None } else { self.next_len()? }) else {
                 return Ok(0);
+            };
+            if out.len() >= n {
+                // The whole sealed record fits the caller's buffer: opened there, no extra copy.
+                return self.open_into(len, &mut out[..n]);
             }
+            let mut rbuf = std::mem::take(&mut self.rbuf);
+            rbuf.resize(n, 0);
+            let plain = self.open_into(len, &mut rbuf);
+            // On failure nothing of the record is readable: the buffer holds ciphertext.
+            rbuf.truncate(*plain.as_ref().unwrap_or(&0));
+            self.rbuf = rbuf;
+            self.rpos = 0;
+            plain?;
         }
         let n = out.len().min(self.rbuf.len() - self.rpos);
         out[..n].copy_from_slice(&self.rbuf[self.rpos..self.rpos + n]);
@@ -151,10 +165,10 @@ impl<S: Write> Write for Secure<S> {
         self.wbuf.extend_from_slice(&data[..n]);
         let tag = self
             .send
-            .encrypt_in_place_detached(&nonce(self.send_seq), &len, &mut self.wbuf[4..])
+            .seal_in_place_separate_tag(nonce(self.send_seq), Aad::from(len), &mut self.wbuf[4..])
             .map_err(|_| bad("encryption failed"))?;
         self.send_seq += 1;
-        self.wbuf.extend_from_slice(&tag);
+        self.wbuf.extend_from_slice(tag.as_ref());
         self.inner.write_all(&self.wbuf)?;
         Ok(n)
     }
