@@ -225,6 +225,30 @@ mod tests {
     }
 
     #[test]
+    fn reads_of_any_size_see_the_same_bytes() {
+        // Records opened in the caller's buffer (it holds a whole record) and through the
+        // internal buffer (it does not) interleave without losing or repeating a byte.
+        let n = Nonces { server: [1; 32], client: [2; 32] };
+        let data: Vec<u8> = (0..3 * MAX_RECORD + 77).map(|i| (i * 31 % 251) as u8).collect();
+        let mut wire = Vec::new();
+        let mut w = Secure::new(&mut wire, SECRET, &n, Side::Client);
+        for chunk in data.chunks(MAX_RECORD / 3 + 5) {
+            w.write_all(chunk).unwrap();
+        }
+        let mut r = Secure::new(&wire[..], SECRET, &n, Side::Server);
+        let mut got = Vec::new();
+        for size in [1, MAX_RECORD + TAG_LEN, 7, 4 * MAX_RECORD].iter().cycle() {
+            let mut buf = vec![0u8; *size];
+            let k = r.read(&mut buf).unwrap();
+            if k == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+        assert_eq!(got, data);
+    }
+
+    #[test]
     fn wrong_secret_or_other_nonces_fail() {
         let (n, wire) = pair();
         assert!(read_all(&wire, &n, b"another-secret-entirely").is_err());
