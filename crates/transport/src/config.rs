@@ -41,6 +41,9 @@ pub struct Config {
     pub encrypt_loopback: bool,
     /// TCP connections a consumer streams one large buffer over at once (each a range of it).
     pub streams: usize,
+    /// Idle segments of each size class (1 MiB and up) that the pool makes ahead of demand, in
+    /// the background, after an allocation of that class (0: none).
+    pub spares: usize,
 }
 
 impl std::fmt::Debug for Config {
@@ -60,6 +63,8 @@ impl std::fmt::Debug for Config {
 pub const DEFAULT_POOL_BYTES: u64 = 4 << 30;
 /// Default number of TCP streams per large fetch.
 pub const DEFAULT_STREAMS: usize = 2;
+/// Default number of idle segments made ahead of demand per size class.
+pub const DEFAULT_SPARES: usize = 1;
 /// Default frame limit and streaming chunk: 4 MiB.
 pub const DEFAULT_MAX_FRAME: u32 = 4 << 20;
 
@@ -81,13 +86,15 @@ impl Config {
             drain_timeout: Duration::from_secs(30),
             encrypt_loopback: false,
             streams: DEFAULT_STREAMS,
+            spares: DEFAULT_SPARES,
         }
     }
 
     /// Reads `ACCEL_TRANSPORT_SECRET` (required), `_BIND`, `_ADVERTISE`, `_POOL_BYTES`,
     /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR`, `_IO_TIMEOUT_MS`, `_DRAIN_TIMEOUT_MS`,
     /// `_SENDFILE` (0 to stream with plain writes), `_ENCRYPT` (`always` to encrypt loopback
-    /// connections too) and `_STREAMS` (TCP connections per large fetch) through `lookup`.
+    /// connections too), `_STREAMS` (TCP connections per large fetch) and `_SPARES` (idle
+    /// segments made ahead of demand per size class) through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |name: &str| lookup(&format!("ACCEL_TRANSPORT_{name}")).filter(|v| !v.is_empty());
         let secret = var("SECRET").ok_or_else(|| Error::Config("ACCEL_TRANSPORT_SECRET is not set".into()))?;
@@ -129,6 +136,12 @@ impl Config {
                 .ok()
                 .filter(|n| (1..=64).contains(n))
                 .ok_or_else(|| Error::Config(format!("ACCEL_TRANSPORT_STREAMS={v}: 1 to 64")))?;
+        }
+        if let Some(v) = var("SPARES") {
+            cfg.spares = usize::try_from(parse_num(&v, "ACCEL_TRANSPORT_SPARES")?)
+                .ok()
+                .filter(|n| *n <= 8)
+                .ok_or_else(|| Error::Config(format!("ACCEL_TRANSPORT_SPARES={v}: 0 to 8")))?;
         }
         if let Some(v) = var("IO_TIMEOUT_MS") {
             cfg.io_timeout = Duration::from_millis(parse_num(&v, "ACCEL_TRANSPORT_IO_TIMEOUT_MS")?);

@@ -38,7 +38,7 @@ impl Transport {
         sweep_orphans(&config.shm_dir);
         let identity = Identity::current()?;
         let owner = identity.id();
-        let arena = Arc::new(Arena::new(&config.shm_dir, &identity, config.pool_bytes));
+        let arena = Arc::new(Arena::new(&config.shm_dir, &identity, config.pool_bytes).with_spares(config.spares));
         let metrics = Arc::new(Metrics::default());
         let control = Arc::new(Control::default());
         let server = Server::start(&config, &owner, arena.clone(), control.clone(), metrics.clone())?;

@@ -8,6 +8,11 @@
 //! maps the buffer. A freed buffer is recycled (renamed, kept faulted) only if the owner wins
 //! `LOCK_EX` and holds no view of it itself; otherwise its name is unlinked and the memory lives
 //! on exactly as long as the consumers' mappings.
+//!
+//! Growth ahead of demand: when an allocation of 1 MiB or more leaves its size class without an
+//! idle segment, a background thread creates and faults `spares` more (within the bound, never
+//! evicting anything), so the next buffer of that size is warm even while the last one is still
+//! leased out. An allocation that needs the room waits for a spare in the making, then evicts it.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -15,7 +20,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 
@@ -72,6 +77,11 @@ struct Inner {
     held_bytes: u64,
     /// Capacity being created outside the lock, already counted against the limit.
     pending_bytes: u64,
+    /// Of `pending_bytes`, spares made ahead of demand, by size class (an allocation short of
+    /// room waits for them and then evicts them).
+    spare_pending: HashMap<u64, usize>,
+    /// Set at shutdown: a spare finished later is unlinked, not pooled.
+    closed: bool,
 }
 
 /// How much of the pool is in use.
@@ -93,13 +103,18 @@ pub struct Allocation {
     pub map: Arc<MmapRaw>,
 }
 
+/// Smallest size class grown ahead of demand: below it a segment is cheap to make on the spot.
+pub const SPARE_MIN_BYTES: u64 = 1 << 20;
+
 /// One owner's buffers, bounded by `limit` bytes of capacity (outstanding plus pooled).
 #[derive(Debug)]
 pub struct Arena {
     dir: PathBuf,
     prefix: String,
     limit: u64,
-    inner: Mutex<Inner>,
+    spares: usize,
+    /// The state, and a signal for each spare that lands (shared with the threads making them).
+    inner: Arc<(Mutex<Inner>, Condvar)>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -109,13 +124,20 @@ impl std::fmt::Debug for Inner {
 }
 
 impl Arena {
-    /// An empty arena for `owner` in `dir`.
+    /// An empty arena for `owner` in `dir`, growing no spares.
     pub fn new(dir: &Path, owner: &Identity, limit: u64) -> Arena {
-        Arena { dir: dir.to_path_buf(), prefix: owner.segment_prefix(), limit, inner: Mutex::default() }
+        Arena { dir: dir.to_path_buf(), prefix: owner.segment_prefix(), limit, spares: 0, inner: Arc::default() }
+    }
+
+    /// Keeps up to `spares` idle segments of each size class from 1 MiB that was just allocated,
+    /// made in the background (module docs).
+    pub fn with_spares(mut self, spares: usize) -> Arena {
+        self.spares = spares;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Moves freed segments that nobody maps any more into the pool.
@@ -149,26 +171,34 @@ impl Arena {
             std::fs::rename(self.dir.join(&seg.name), self.dir.join(&name)).map_err(io("rename a pooled segment"))?;
             Segment { name, ..seg }
         } else {
-            while g.live_bytes + g.idle_bytes + g.pending_bytes + cap > self.limit && !g.idle.is_empty() {
-                let seg = g.idle.swap_remove(0);
-                g.idle_bytes -= seg.capacity;
-                let _ = std::fs::remove_file(self.dir.join(&seg.name));
-            }
-            // Still short: let go of freed segments that views hold; their memory leaves the pool
-            // and lives exactly as long as those views.
-            while g.live_bytes + g.idle_bytes + g.held_bytes + g.pending_bytes + cap > self.limit && !g.held.is_empty()
-            {
-                let seg = g.held.swap_remove(0);
-                g.held_bytes -= seg.capacity;
-                let _ = std::fs::remove_file(self.dir.join(&seg.name));
-            }
-            let in_use = g.live_bytes + g.pending_bytes;
-            if in_use + g.idle_bytes + g.held_bytes + cap > self.limit {
-                return Err(Error::PoolExhausted { requested: len, in_use, limit: self.limit });
+            loop {
+                while g.live_bytes + g.idle_bytes + g.pending_bytes + cap > self.limit && !g.idle.is_empty() {
+                    let seg = g.idle.swap_remove(0);
+                    g.idle_bytes -= seg.capacity;
+                    let _ = std::fs::remove_file(self.dir.join(&seg.name));
+                }
+                // Still short: let go of freed segments that views hold; their memory leaves the
+                // pool and lives exactly as long as those views.
+                while g.live_bytes + g.idle_bytes + g.held_bytes + g.pending_bytes + cap > self.limit
+                    && !g.held.is_empty()
+                {
+                    let seg = g.held.swap_remove(0);
+                    g.held_bytes -= seg.capacity;
+                    let _ = std::fs::remove_file(self.dir.join(&seg.name));
+                }
+                let in_use = g.live_bytes + g.pending_bytes;
+                if in_use + g.idle_bytes + g.held_bytes + cap <= self.limit {
+                    break;
+                }
+                if g.spare_pending.is_empty() {
+                    return Err(Error::PoolExhausted { requested: len, in_use, limit: self.limit });
+                }
+                // A spare in the making holds the room: once it lands it can be evicted.
+                g = self.inner.1.wait(g).unwrap_or_else(|e| e.into_inner());
             }
             g.pending_bytes += cap;
             drop(g);
-            let made = self.create(&name, cap);
+            let made = create(&self.dir, &name, cap);
             g = self.lock();
             g.pending_bytes -= cap;
             made?
@@ -176,30 +206,57 @@ impl Arena {
         let map = seg.map.clone();
         g.live_bytes += cap;
         g.live.insert(buffer, Live { seg, len, published: false });
+        self.grow_ahead(&mut g, cap);
         Ok(Allocation { buffer, segment: format!("{}{buffer}", self.prefix), len, map })
     }
 
-    fn create(&self, name: &str, cap: u64) -> Result<Segment> {
-        let path = self.dir.join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io(format!("create {}", path.display())))?;
-        flock(&file, libc::LOCK_EX | libc::LOCK_NB);
-        let fail = |e: std::io::Error| {
-            let _ = std::fs::remove_file(&path);
-            Error::Io { context: format!("allocate {cap} bytes of shared memory in {}", self.dir.display()), source: e }
-        };
-        // SAFETY: fallocate on an open descriptor; it only reserves the file's pages.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, cap as libc::off_t) };
-        if rc != 0 {
-            return Err(fail(std::io::Error::last_os_error()));
+    /// Starts making spares of class `cap` when fewer than `spares` are idle or on the way and
+    /// the bound has room for them without evicting anything.
+    fn grow_ahead(&self, g: &mut Inner, cap: u64) {
+        if cap < SPARE_MIN_BYTES || g.closed {
+            return;
         }
-        let map = map_prefaulted(&file, cap).map_err(fail)?;
-        Ok(Segment { name: name.to_string(), file, map: Arc::new(map), capacity: cap, retired: false })
+        let idle = g.idle.iter().filter(|s| s.capacity == cap).count();
+        let coming = g.spare_pending.get(&cap).copied().unwrap_or(0);
+        for _ in idle + coming..self.spares {
+            if g.live_bytes + g.idle_bytes + g.held_bytes + g.pending_bytes + cap > self.limit {
+                return;
+            }
+            g.pending_bytes += cap;
+            *g.spare_pending.entry(cap).or_default() += 1;
+            g.next_idle += 1;
+            let name = format!("{}idle{}", self.prefix, g.next_idle);
+            let (dir, inner) = (self.dir.clone(), self.inner.clone());
+            let spawned = std::thread::Builder::new().name("accel-spare".into()).spawn(move || {
+                let made = create(&dir, &name, cap);
+                let (lock, landed) = &*inner;
+                let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+                spare_landed(&mut g, cap);
+                match made {
+                    Ok(seg) if !g.closed => {
+                        g.idle_bytes += cap;
+                        g.idle.push(seg);
+                    }
+                    Ok(_) => {
+                        let _ = std::fs::remove_file(dir.join(&name));
+                    }
+                    Err(_) => {} // A spare is only an optimization: the next alloc makes its own.
+                }
+                landed.notify_all();
+            });
+            if spawned.is_err() {
+                spare_landed(g, cap);
+                return;
+            }
+        }
+    }
+
+    /// Waits until no spare is in the making (tests, and callers that measure the pool).
+    pub fn settle(&self) {
+        let mut g = self.lock();
+        while !g.spare_pending.is_empty() {
+            g = self.inner.1.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// Makes a buffer readable by consumers.
@@ -286,8 +343,10 @@ impl Arena {
         g.held_bytes = 0;
     }
 
-    /// Unlinks every segment of this owner (process exit). Mappings stay valid.
+    /// Unlinks every segment of this owner (process exit). Mappings stay valid; a spare still
+    /// in the making is unlinked when it lands.
     pub fn shutdown(&self) {
+        self.lock().closed = true;
         self.trim();
         let mut g = self.lock();
         for (_, live) in g.live.drain() {
@@ -301,6 +360,42 @@ impl Drop for Arena {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Un-counts one spare of class `cap` in the making.
+fn spare_landed(g: &mut Inner, cap: u64) {
+    g.pending_bytes -= cap;
+    if let Some(n) = g.spare_pending.get_mut(&cap) {
+        *n -= 1;
+        if *n == 0 {
+            g.spare_pending.remove(&cap);
+        }
+    }
+}
+
+/// Creates the segment file `name` of `cap` bytes in `dir`, reserved and faulted in, holding
+/// `LOCK_EX` (it is private until published).
+fn create(dir: &Path, name: &str, cap: u64) -> Result<Segment> {
+    let path = dir.join(name);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io(format!("create {}", path.display())))?;
+    flock(&file, libc::LOCK_EX | libc::LOCK_NB);
+    let fail = |e: std::io::Error| {
+        let _ = std::fs::remove_file(&path);
+        Error::Io { context: format!("allocate {cap} bytes of shared memory in {}", dir.display()), source: e }
+    };
+    // SAFETY: fallocate on an open descriptor; it only reserves the file's pages.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, cap as libc::off_t) };
+    if rc != 0 {
+        return Err(fail(std::io::Error::last_os_error()));
+    }
+    let map = map_prefaulted(&file, cap).map_err(fail)?;
+    Ok(Segment { name: name.to_string(), file, map: Arc::new(map), capacity: cap, retired: false })
 }
 
 /// Maps `cap` bytes of a new segment writable and faults them in. Huge pages are asked for

@@ -114,6 +114,54 @@ fn pool_is_bounded_and_freed_buffers_are_recycled() {
 }
 
 #[test]
+fn the_pool_grows_a_spare_ahead_of_demand_within_its_bound() {
+    let mut cfg = config("spares");
+    cfg.pool_bytes = 8 << 20;
+    let files = || std::fs::read_dir(&cfg.shm_dir).unwrap().count();
+    let t = Transport::start(cfg.clone()).unwrap();
+    // A 2 MiB buffer leaves its class without an idle segment: one is made in the background.
+    let a = t.arena().alloc(2 << 20).unwrap();
+    t.arena().settle();
+    assert_eq!((t.pool().live_bytes, t.pool().idle_bytes), (2 << 20, 2 << 20));
+    // The next buffer of the class takes the spare (no creation on the caller's path), and
+    // another spare follows.
+    let b = t.arena().alloc(2 << 20).unwrap();
+    t.arena().settle();
+    assert_eq!((t.pool().live_bytes, t.pool().idle_bytes), (4 << 20, 2 << 20));
+    assert_eq!(files(), 3);
+    // Within the bound only: 6 MiB in use and a 2 MiB spare fill 8 MiB, so no further spare...
+    let c = t.arena().alloc(2 << 20).unwrap();
+    t.arena().settle();
+    assert_eq!((t.pool().live_bytes, t.pool().idle_bytes), (6 << 20, 2 << 20));
+    // ...and a buffer of another class evicts the spare rather than failing (then gets its own
+    // 1 MiB spare in the room left).
+    let d = t.arena().alloc(1 << 20).unwrap();
+    t.arena().settle();
+    assert_eq!((t.pool().live_bytes, t.pool().idle_bytes), (7 << 20, 1 << 20));
+    assert!(matches!(t.arena().alloc(2 << 20), Err(Error::PoolExhausted { .. })));
+    // Small classes are made on demand only.
+    let mut small = cfg.clone();
+    small.shm_dir = support::shm_dir("accel-transport-test", "spares-small");
+    let s = Transport::start(small.clone()).unwrap();
+    let e = s.arena().alloc(64 << 10).unwrap();
+    s.arena().settle();
+    assert_eq!(s.pool().idle_bytes, 0);
+    // Shutdown leaves no file behind, even with a spare in the making.
+    drop((a, b, c, d, e));
+    t.shutdown();
+    s.shutdown();
+    assert_eq!(files(), 0);
+    let t2 = Transport::start(cfg.clone()).unwrap();
+    let _f = t2.arena().alloc(1 << 20).unwrap();
+    t2.shutdown();
+    t2.arena().settle();
+    drop(t2);
+    assert_eq!(files(), 0, "segments left in {}", cfg.shm_dir.display());
+    let _ = std::fs::remove_dir_all(&cfg.shm_dir);
+    let _ = std::fs::remove_dir_all(&small.shm_dir);
+}
+
+#[test]
 fn a_mapped_buffer_is_never_recycled_under_its_consumer() {
     let cfg = config("mapped");
     let owner = Transport::start(cfg.clone()).unwrap();
