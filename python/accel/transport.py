@@ -470,11 +470,14 @@ def free(ref: Ref) -> bool:
 
 def reserve(nbytes: int, count: int = 1) -> None:
     """Pre-fault `count` pooled buffers for arrays of `nbytes` bytes, so that the first put or
-    empty() of that size is warm (creating and faulting a segment is the cold cost)."""
+    empty() of that size is warm (creating and faulting a segment is the cold cost). Returns
+    once they are in the pool, with the spare that the pool grows ahead of demand
+    (``ACCEL_TRANSPORT_SPARES``, default 1 per size class from 1 MiB) as well."""
     _start()
     buffers = [_native.transport_alloc(int(nbytes))[0] for _ in range(count)]  # mappings dropped here
     for buffer in buffers:
         _native.transport_free(_state.owner, _state.endpoint, buffer)
+    _native.transport_settle()
 
 
 def channel(name: str, *, keep: int = 2) -> Channel:

@@ -179,15 +179,15 @@ def test_segments_go_away_when_the_owner_exits():
 def test_sigkill_owner_get_fails_fast_and_a_restart_sweeps_the_orphans():
     owner = Owner(count=2, size=1 << 20)
     ref = owner.refs[0]
-    before_kill = len(segments(owner.pid))
-    assert before_kill == 2
+    published = [n for n in segments(owner.pid) if "-idle" not in n]
+    assert len(published) == 2
     owner.kill()
     for path in ["shm", "tcp"]:
         start = time.monotonic()
         with pytest.raises(T.OwnerGone):
             T.get(ref, path=path)
         assert time.monotonic() - start < 2.0
-    assert len(segments(owner.pid)) == 2, "SIGKILL leaves the segments behind..."
+    assert set(published) <= set(segments(owner.pid)), "SIGKILL leaves the segments behind..."
     Owner(count=0, size=0).exit()  # ...until the next transport start sweeps them
     assert segments(owner.pid) == []
 
@@ -287,9 +287,10 @@ def test_get_into_a_callers_buffer(path):
 def test_reserve_makes_the_first_buffer_of_a_size_warm():
     T.trim()  # start from an empty pool: no idle buffers, none held by views
     T.reserve(3 << 20, count=2)
-    assert T.stats()["pool"]["idle_bytes"] == 2 * (3 << 20)
+    # Both, and the spare that the pool grows ahead of demand (ACCEL_TRANSPORT_SPARES=1).
+    assert T.stats()["pool"]["idle_bytes"] == 3 * (3 << 20)
     ref = T.put(np.ones(3 << 20, np.uint8))
-    assert T.stats()["pool"]["idle_bytes"] == 3 << 20, "put took a pooled buffer"
+    assert T.stats()["pool"]["idle_bytes"] == 2 * (3 << 20), "put took a pooled buffer"
     T.free(ref)
     T.trim()
     assert T.stats()["pool"]["idle_bytes"] == 0

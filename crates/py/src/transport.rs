@@ -345,10 +345,19 @@ fn transport_sweep(dir: std::path::PathBuf) -> usize {
     sweep_orphans(&dir)
 }
 
-/// Drops this owner's pooled buffers.
+/// Drops this owner's pooled buffers (after any spare in the making lands).
 #[pyfunction]
-fn transport_trim() -> PyResult<()> {
-    started()?.arena().trim();
+fn transport_trim(py: Python<'_>) -> PyResult<()> {
+    let t = started()?;
+    py.detach(|| t.arena().trim());
+    Ok(())
+}
+
+/// Waits until no spare of the pool is in the making.
+#[pyfunction]
+fn transport_settle(py: Python<'_>) -> PyResult<()> {
+    let t = started()?;
+    py.detach(|| t.arena().settle());
     Ok(())
 }
 
@@ -383,6 +392,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transport_prometheus, m)?)?;
     m.add_function(wrap_pyfunction!(transport_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(transport_trim, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_settle, m)?)?;
     m.add_function(wrap_pyfunction!(transport_shutdown, m)?)?;
     Ok(())
 }

@@ -331,9 +331,14 @@ impl Arena {
         }
     }
 
-    /// Returns the pooled (idle) buffers to the system, and unlinks freed ones that views still
-    /// hold (their memory goes with the last view).
+    /// Returns the pooled (idle) buffers to the system, spares in the making included once they
+    /// land, and unlinks freed ones that views still hold (their memory goes with the last view).
     pub fn trim(&self) {
+        self.settle();
+        self.drop_pooled();
+    }
+
+    fn drop_pooled(&self) {
         let mut g = self.lock();
         let Inner { idle, held, .. } = &mut *g;
         for seg in idle.drain(..).chain(held.drain(..)) {
@@ -347,7 +352,7 @@ impl Arena {
     /// in the making is unlinked when it lands.
     pub fn shutdown(&self) {
         self.lock().closed = true;
-        self.trim();
+        self.drop_pooled();
         let mut g = self.lock();
         for (_, live) in g.live.drain() {
             let _ = std::fs::remove_file(self.dir.join(&live.seg.name));
