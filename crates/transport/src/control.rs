@@ -1,5 +1,6 @@
 //! The owner's answers to control requests, the ones that move no buffer bytes: `Free`,
-//! `Release` (one finished read of a leased buffer) and `Latest` (a channel's newest manifest).
+//! `Release` (one finished read of a leased buffer), `Latest` (a channel's newest manifest) and
+//! `Join` (a reader's place in a relayed broadcast, `relay`).
 //! The TCP server hands every such frame here, after the handshake, so the lease and channel
 //! logic stays out of the connection code.
 
@@ -7,19 +8,24 @@ use crate::channel::Channels;
 use crate::error::{Error, Result};
 use crate::frame::{self, code, Kind};
 use crate::lease::Leases;
+use crate::relay::{self, Fills, Relays};
 use crate::shm::Arena;
 
-/// An owner's leases and channels.
+/// An owner's leases, channels and relays.
 #[derive(Debug, Default)]
 pub struct Control {
     pub leases: Leases,
     pub channels: Channels,
+    /// Schedules of this owner's buffers relayed by their readers.
+    pub relays: Relays,
+    /// This process's relay buffers still receiving (its server waits on them).
+    pub fills: Fills,
 }
 
 impl Control {
     /// Whether `kind` is a control request this module answers.
     pub fn handles(kind: Kind) -> bool {
-        matches!(kind, Kind::Free | Kind::Release | Kind::Latest)
+        matches!(kind, Kind::Free | Kind::Release | Kind::Latest | Kind::Join)
     }
 
     /// Frees `buffer` and forgets its lease.
@@ -47,6 +53,17 @@ impl Control {
                 match self.channels.latest(name) {
                     Some((version, manifest)) => (Kind::Ok, Channels::encode(version, &manifest)),
                     None => not_there("no such channel"),
+                }
+            }
+            Kind::Join => {
+                let (buffer, joiner) = relay::parse_join(payload)?;
+                self.relays.prune(|b| arena.lookup(b).is_none());
+                if arena.lookup(buffer).is_none() {
+                    not_there("buffer is not published")
+                } else {
+                    // Without a lease the readers are unknown: every one streams from the owner.
+                    let readers = self.leases.total(buffer).unwrap_or(0);
+                    (Kind::Ok, self.relays.join(buffer, readers, joiner).encode())
                 }
             }
             other => return Err(Error::Protocol(format!("{other:?} is not a control request"))),

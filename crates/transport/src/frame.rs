@@ -48,6 +48,9 @@ pub enum Kind {
     /// The latest version of a channel: its UTF-8 name. Reply: `Ok` with u64 version, then the
     /// channel's manifest.
     Latest = 14,
+    /// A reader joins the relayed broadcast of a leased buffer: u64 buffer, u64 the reader's
+    /// relay buffer, its owner id and endpoint. Reply: `Ok` with its place (`relay::Assignment`).
+    Join = 15,
 }
 
 impl Kind {
@@ -69,6 +72,7 @@ impl Kind {
             12 => Check,
             13 => Release,
             14 => Latest,
+            15 => Join,
             _ => return None,
         })
     }

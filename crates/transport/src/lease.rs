@@ -14,7 +14,8 @@ use crate::shm::Arena;
 /// The outstanding reads of this owner's leased buffers.
 #[derive(Debug, Default)]
 pub struct Leases {
-    left: Mutex<HashMap<u64, u32>>,
+    /// Reads still expected, and the lease's reads in all, per buffer.
+    left: Mutex<HashMap<u64, (u32, u32)>>,
 }
 
 impl Leases {
@@ -24,13 +25,18 @@ impl Leases {
         if readers == 0 {
             g.remove(&buffer);
         } else {
-            g.insert(buffer, readers);
+            g.insert(buffer, (readers, readers));
         }
     }
 
     /// Reads still expected of `buffer`, if it is leased.
     pub fn left(&self, buffer: u64) -> Option<u32> {
-        self.left.lock().unwrap_or_else(|e| e.into_inner()).get(&buffer).copied()
+        self.left.lock().unwrap_or_else(|e| e.into_inner()).get(&buffer).map(|l| l.0)
+    }
+
+    /// The reads `buffer` was leased for in all, if it is leased.
+    pub fn total(&self, buffer: u64) -> Option<u32> {
+        self.left.lock().unwrap_or_else(|e| e.into_inner()).get(&buffer).map(|l| l.1)
     }
 
     /// Records one finished read of `buffer`; the last one frees it in `arena`. Returns whether
@@ -39,7 +45,7 @@ impl Leases {
     pub fn release(&self, buffer: u64, arena: &Arena, owner: &str) -> Result<bool> {
         let last = {
             let mut g = self.left.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(left) = g.get_mut(&buffer) else {
+            let Some((left, _)) = g.get_mut(&buffer) else {
                 return Err(Error::Freed { owner: owner.into(), buffer });
             };
             *left -= 1;

@@ -10,8 +10,22 @@ use crate::error::{Error, Result};
 use crate::frame::Kind;
 use crate::identity::{host_id, process_alive, Identity};
 use crate::metrics::Metrics;
-use crate::shm::{sweep_orphans, Arena, MapCache, Mapping, PoolStats};
+use crate::relay::{self, Assignment, Fill, Peer};
+use crate::shm::{sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats};
 use crate::tcp::{Client, Server};
+
+/// A buffer received as one reader of a relayed broadcast (`Transport::fetch_relayed`).
+#[derive(Debug)]
+pub struct Relayed {
+    /// This process's copy: a buffer of its own arena, published to the readers it serves.
+    pub alloc: Allocation,
+    /// How many downstream readers stream it from here.
+    pub serve: u32,
+    /// The relay it streamed from (`None`: the owner).
+    pub upstream: Option<Peer>,
+    /// The relay failed or stalled and the bytes came from the owner instead.
+    pub fell_back: bool,
+}
 
 /// One process's transport endpoint.
 #[derive(Debug)]
@@ -86,6 +100,10 @@ impl Transport {
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+    /// The leases, channels and relays of this process.
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
     /// The arena of this owner.
     pub fn arena(&self) -> &Arena {
         &self.arena
@@ -119,6 +137,98 @@ impl Transport {
     /// Streams a buffer over TCP into `dst`.
     pub fn fetch_tcp(&self, d: &Descriptor, dst: &mut [u8]) -> Result<()> {
         self.client.fetch_striped(&d.endpoint, &d.owner, d.buffer, dst, self.config.streams)
+    }
+
+    /// Receives leased buffer `d` as one reader of a relayed broadcast (module `relay`): joins
+    /// its owner's schedule, streams from the relay it names (or the owner) into a new buffer of
+    /// this arena, forwarding each piece as it lands to the readers this process serves, and
+    /// falls back to the owner if the relay fails. The new buffer stays published for those
+    /// readers and is freed after their reads, or `drain_timeout` after it filled at the latest
+    /// (a reader that has not finished by then goes to the owner); with none to serve it is
+    /// freed at once, its memory kept by `alloc.map` for as long as the caller holds it.
+    pub fn fetch_relayed(&self, d: &Descriptor) -> Result<Relayed> {
+        let alloc = self.arena.alloc(d.len)?;
+        let fill = Arc::new(Fill::new(d.len));
+        self.control.fills.insert(alloc.buffer, fill.clone());
+        let me = Peer { owner: self.owner.clone(), endpoint: self.endpoint.clone(), buffer: alloc.buffer };
+        let joined = self.arena.publish(alloc.buffer).and_then(|()| self.join(d, &me));
+        let place = match joined {
+            Ok(place) => place,
+            Err(e) => {
+                self.abandon(alloc.buffer, &fill);
+                return Err(e);
+            }
+        };
+        if place.serve > 0 {
+            self.control.leases.set(alloc.buffer, place.serve);
+        }
+        // SAFETY: the allocation is at least `d.len` bytes; this process writes it only here, and
+        // its server reads a piece only after `fill` says the piece has landed.
+        #[allow(unsafe_code)]
+        let dst = unsafe { std::slice::from_raw_parts_mut(alloc.map.as_mut_ptr(), d.len as usize) };
+        let landed = |at: u64, len: u64| fill.mark(at, len);
+        let streams = self.config.streams;
+        let mut fell_back = false;
+        let mut got = Err(Error::Protocol("not fetched".into()));
+        if let Some(up) = &place.upstream {
+            got = self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, dst, streams, &landed);
+            // One read of the relay's lease, whatever happened: it frees the relay's copy sooner.
+            let released = self.client.request(&up.endpoint, &up.owner, Kind::Release, &up.buffer.to_le_bytes(), || {
+                Error::Freed { owner: up.owner.clone(), buffer: up.buffer }
+            });
+            drop(released);
+            fell_back = got.is_err();
+        }
+        if place.upstream.is_none() || fell_back {
+            got = self.client.fetch_striped_with(&d.endpoint, &d.owner, d.buffer, dst, streams, &landed);
+        }
+        if let Err(e) = got {
+            self.abandon(alloc.buffer, &fill);
+            return Err(e);
+        }
+        self.control.fills.remove(alloc.buffer);
+        if place.serve == 0 {
+            self.control.free(&self.arena, alloc.buffer)?;
+        } else {
+            self.linger(alloc.buffer);
+        }
+        Ok(Relayed { alloc, serve: place.serve, upstream: place.upstream, fell_back })
+    }
+
+    /// Joins the relayed broadcast of leased buffer `d` at its owner as reader `me` (a relay
+    /// buffer of this process, or of another): where to stream from and how many to serve.
+    pub fn join(&self, d: &Descriptor, me: &Peer) -> Result<Assignment> {
+        let freed = || Error::Freed { owner: d.owner.clone(), buffer: d.buffer };
+        match self.client.request(&d.endpoint, &d.owner, Kind::Join, &relay::join_request(d.buffer, me), freed)? {
+            (Kind::Ok, p) => Assignment::decode(&p),
+            (k, _) => Err(Error::Protocol(format!("expected Ok, got {k:?}"))),
+        }
+    }
+
+    /// A relay buffer that will not fill: its readers give up waiting and go to the owner.
+    fn abandon(&self, buffer: u64, fill: &Fill) {
+        fill.fail();
+        self.control.fills.remove(buffer);
+        let _ = self.control.free(&self.arena, buffer);
+    }
+
+    /// Frees relay buffer `buffer` if its readers have not all released it `drain_timeout` from
+    /// now (a reader that died mid-stream never will).
+    fn linger(&self, buffer: u64) {
+        let (control, arena, deadline) =
+            (self.control.clone(), self.arena.clone(), std::time::Instant::now() + self.config.drain_timeout);
+        let watch = move || {
+            while control.leases.left(buffer).is_some() {
+                if std::time::Instant::now() >= deadline {
+                    let _ = control.free(&arena, buffer);
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        };
+        if std::thread::Builder::new().name("accel-relay-linger".into()).spawn(watch).is_err() {
+            let _ = self.control.free(&self.arena, buffer); // no watcher: readers go to the owner
+        }
     }
 
     /// Whether a buffer is still published (`Freed` if not, `OwnerGone` if its owner exited):

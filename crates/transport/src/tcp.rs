@@ -25,6 +25,7 @@ use crate::control::Control;
 use crate::error::{io, Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
 use crate::metrics::Metrics;
+use crate::relay::Fill;
 use crate::secure::Side;
 use crate::shm::Arena;
 
@@ -229,7 +230,10 @@ fn serve_get(s: &mut Conn, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
             // SAFETY: `map` keeps the mapping alive; it is at least `len` >= `at + n` bytes.
             let data = unsafe { std::slice::from_raw_parts(map.as_ptr().add(at as usize), n as usize) };
             let splice = sh.sendfile && s.plain().is_some();
-            if send(s, data, splice.then_some(&file), at as usize, sh.max_frame as usize)? {
+            // A relay buffer still receiving: each piece goes out once it has landed.
+            let fill = sh.control.fills.get(buffer);
+            let fill = fill.as_deref().map(|f| (f, sh.drain_timeout));
+            if send(s, data, splice.then_some(&file), at as usize, sh.max_frame as usize, fill)? {
                 // `sendfile` queued references to the segment's pages, not copies, and on
                 // loopback they sit in the consumer's receive queue until it reads them: keep the
                 // buffer (`map`) from being recycled until the consumer confirms it has them all
@@ -251,10 +255,26 @@ fn serve_get(s: &mut Conn, sh: &Shared, payload: &[u8]) -> Result<Option<u64>> {
 /// Streams `data` (the contents of `file` from offset `base`) as Ok, Data..., End: every byte a
 /// server sends passes through here. Large chunks go out with `sendfile`, which hands the socket
 /// the segment's pages without a user-space copy; where the file system cannot, it falls back to
-/// plain writes. Returns whether it spliced.
-fn send(s: &mut Conn, data: &[u8], file: Option<&std::fs::File>, base: usize, chunk: usize) -> Result<bool> {
+/// plain writes. With a `fill` (a relay buffer still receiving) each piece waits, bounded, until
+/// it has landed; a failed or stalled upstream ends the stream, and the reader goes to the owner.
+/// Returns whether it spliced.
+fn send(
+    s: &mut Conn,
+    data: &[u8],
+    file: Option<&std::fs::File>,
+    base: usize,
+    chunk: usize,
+    fill: Option<(&Fill, Duration)>,
+) -> Result<bool> {
+    let landed = |at: usize, len: usize| match fill {
+        Some((f, timeout)) if !f.wait(at as u64, len as u64, timeout) => {
+            Err(Error::Protocol("a relayed buffer's upstream failed or stalled".into()))
+        }
+        _ => Ok(()),
+    };
     let total = (data.len() as u64).to_le_bytes();
     if data.len() <= SMALL.min(chunk) {
+        landed(base, data.len())?;
         let mut out = frame::encode(Kind::Ok, &total);
         out.extend_from_slice(&frame::header(Kind::Data, data.len()));
         out.extend_from_slice(data);
@@ -264,8 +284,9 @@ fn send(s: &mut Conn, data: &[u8], file: Option<&std::fs::File>, base: usize, ch
     frame::write(s, Kind::Ok, &total)?;
     let mut zero_copy = file.is_some();
     for (i, piece) in data.chunks(chunk).enumerate() {
-        s.write_all(&frame::header(Kind::Data, piece.len())).map_err(io("send"))?;
         let at = base + i * chunk;
+        landed(at, piece.len())?;
+        s.write_all(&frame::header(Kind::Data, piece.len())).map_err(io("send"))?;
         if zero_copy {
             let tcp = s.plain().expect("zero-copy only on a plain connection");
             match send_file(tcp, file.expect("zero_copy implies a file"), at, piece.len()) {
@@ -417,7 +438,7 @@ impl Client {
 
     /// Streams published buffer `buffer` of `owner` into `dst` (exactly its length).
     pub fn fetch(&self, endpoint: &str, owner: &str, buffer: u64, dst: &mut [u8]) -> Result<()> {
-        self.fetch_range(endpoint, owner, buffer, dst.len() as u64, None, dst)
+        self.fetch_range(endpoint, owner, buffer, dst.len() as u64, None, dst, &|_, _| {})
     }
 
     /// Like `fetch`, over `streams` connections at once, each streaming one contiguous part of
@@ -432,11 +453,25 @@ impl Client {
         dst: &mut [u8],
         streams: usize,
     ) -> Result<()> {
+        self.fetch_striped_with(endpoint, owner, buffer, dst, streams, &|_, _| {})
+    }
+
+    /// Like `fetch_striped`, calling `landed(offset, len)` as each piece of `dst` arrives (a
+    /// relay forwards it from there).
+    pub fn fetch_striped_with(
+        &self,
+        endpoint: &str,
+        owner: &str,
+        buffer: u64,
+        dst: &mut [u8],
+        streams: usize,
+        landed: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<()> {
         const PIECE: usize = 4 << 20;
         let total = dst.len();
         let streams = streams.min(total / (4 * PIECE)).max(1);
         if streams == 1 {
-            return self.fetch(endpoint, owner, buffer, dst);
+            return self.fetch_range(endpoint, owner, buffer, total as u64, None, dst, landed);
         }
         let part = total.div_ceil(streams).div_ceil(PIECE) * PIECE;
         std::thread::scope(|scope| {
@@ -445,7 +480,9 @@ impl Client {
                 .enumerate()
                 .map(|(i, piece)| {
                     let at = (i * part) as u64;
-                    scope.spawn(move || self.fetch_range(endpoint, owner, buffer, total as u64, Some(at), piece))
+                    scope.spawn(move || {
+                        self.fetch_range(endpoint, owner, buffer, total as u64, Some(at), piece, landed)
+                    })
                 })
                 .collect();
             // Every stream is joined (so `dst` is no longer borrowed) before the first error wins.
@@ -458,7 +495,9 @@ impl Client {
     }
 
     /// Streams `dst.len()` bytes of buffer `buffer` (of `total` bytes) from offset `at` (`None`:
-    /// the whole buffer, in the form owners before ranges understand) into `dst`.
+    /// the whole buffer, in the form owners before ranges understand) into `dst`, reporting each
+    /// piece that lands to `landed` (offsets in the whole buffer).
+    #[allow(clippy::too_many_arguments)]
     fn fetch_range(
         &self,
         endpoint: &str,
@@ -467,6 +506,7 @@ impl Client {
         total: u64,
         at: Option<u64>,
         dst: &mut [u8],
+        landed: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<()> {
         self.with_conn(endpoint, owner, |s| {
             let mut req = buffer.to_le_bytes().to_vec();
@@ -488,7 +528,7 @@ impl Client {
             if announced != dst.len() as u64 {
                 return Err(Error::Protocol(format!("owner announced {announced} bytes, expected {}", dst.len())));
             }
-            receive(s, dst)
+            receive(s, dst, at.unwrap_or(0), landed)
         })
     }
 
@@ -549,13 +589,14 @@ impl Client {
 /// arrived: a declared length is checked against the room left there before a byte is read (so
 /// owners with another chunk size interoperate). After the `End` it tells the owner every byte
 /// is here (`Received`): only then may the owner recycle pages it spliced into the socket.
-fn receive(s: &mut Conn, dst: &mut [u8]) -> Result<()> {
+fn receive(s: &mut Conn, dst: &mut [u8], base: u64, landed: &(dyn Fn(u64, u64) + Sync)) -> Result<()> {
     let mut at = 0usize;
     loop {
         let (kind, len) = frame::read_header(s, u32::MAX)?;
         match kind {
             Kind::Data if len as usize <= dst.len() - at => {
                 s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
+                landed(base + at as u64, u64::from(len));
                 at += len as usize;
             }
             Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),
