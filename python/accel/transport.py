@@ -385,6 +385,7 @@ def get(
     writable: bool = False,
     copy: bool = False,
     out: np.ndarray[Any, Any] | None = None,
+    relay: bool | None = None,
 ) -> Any:
     """The referenced array, in any process.
 
@@ -394,7 +395,16 @@ def get(
     caller's C-contiguous array of the same shape and dtype (and returns it): over TCP the
     stream lands there directly. Raises OwnerGone (the owner exited),
     StaleReference (it restarted), BufferFreed, AuthError, TransportError.
+
+    relay=True (default: ACCEL_TRANSPORT_RELAY=1) makes the readers of a buffer leased to
+    several (put(x, readers=N), N >= 2) that stream it over TCP pass it on to each other, on a
+    schedule the owner hands out as they join (a chain, or a tree of ACCEL_TRANSPORT_RELAY_FANOUT
+    children): the owner sends it once, and each reader forwards every piece as it lands. A
+    relay that fails or stalls sends its readers to the owner. The array returned is this
+    process's own read-only copy (other readers stream from it), so relay takes no out=.
     """
+    if relay is None:
+        relay = os.environ.get("ACCEL_TRANSPORT_RELAY") == "1"
     chosen = _path_for(ref, path, count=True)
     st = _start()
     t0 = time.perf_counter()
@@ -403,8 +413,19 @@ def get(
         writable = True  # torch has no read-only tensors: a private copy-on-write mapping instead
     if out is not None and (out.shape != tuple(ref.shape) or out.dtype != dtype or not out.flags.c_contiguous):
         raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(ref.shape)}")
+    relayed = relay and chosen == "tcp" and ref.readers >= 2
+    if relayed and out is not None:
+        raise ValueError("relay=True returns this process's own copy, which other readers stream from: no out=")
     try:
-        if chosen == "tcp":
+        if relayed:
+            sb, _serve, _upstream, _fell_back = _native.transport_fetch_relayed(
+                ref.owner, ref.endpoint, ref.buffer, ref.nbytes
+            )
+            count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
+            arr = np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(ref.shape)
+            if copy or writable:
+                arr = arr.copy()
+        elif chosen == "tcp":
             arr = np.empty(ref.shape, dtype=dtype) if out is None else out
             _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, arr.reshape(-1).view(np.uint8))
         elif chosen == "nixl":

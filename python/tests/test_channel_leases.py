@@ -152,3 +152,55 @@ def test_a_version_of_hundreds_of_arrays_and_a_clear_error_past_the_manifest_lim
     assert ch.version == 1
     ch.close()
     assert live() == before
+
+
+def test_readers_relay_a_leased_buffer_so_the_owner_sends_it_once():
+    n, size = 3, 24 << 20  # six 4 MiB pieces: relays forward each as it lands
+    held = live()
+    x = T.empty((size,), np.uint8)
+    x[:] = np.arange(size, dtype=np.int64) % 253
+    expect = int(x.astype(np.int64).sum())
+    served = lambda: int(T.stats()["served"]["tcp"]["bytes"])  # noqa: E731
+    before = served()
+    ref = T.put(x, readers=n)
+    del x
+    blob = base64.b64encode(pickle.dumps(ref)).decode()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(PEER), "relay-get", blob],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    try:
+        got = [pickle.loads(base64.b64decode(p.stdout.readline())) for p in procs]
+        # Every reader has every byte, in a read-only array (other readers stream from it).
+        assert [g[:3] for g in got] == [("ok", expect, False)] * n, got
+        for p in procs:
+            p.stdin.write("done\n")
+            p.stdin.flush()
+        relayed = [pickle.loads(base64.b64decode(p.stdout.readline())) for p in procs]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=30)
+    # The owner sent the buffer once; the readers sent it to each other the other n - 1 times.
+    assert served() - before == size
+    assert sorted(relayed) == [0] + [size] * (n - 1)
+    # Its lease is spent: the owner's buffer is freed.
+    assert live() == held
+    with pytest.raises(T.BufferFreed):
+        T.get(ref)
+
+
+def test_relay_is_refused_with_out_and_ignored_without_a_lease():
+    ref = T.put(np.ones(1000, np.uint8), readers=2)
+    with pytest.raises(ValueError, match="relay"):
+        T.get(ref, path="tcp", relay=True, out=np.empty(1000, np.uint8))
+    plain = T.put(np.ones(1000, np.uint8))  # no lease: nobody to relay to, a plain fetch
+    got = T.get(plain, path="tcp", relay=True)
+    assert got.flags.writeable and int(got.sum()) == 1000
+    T.free(ref)
+    T.free(plain)

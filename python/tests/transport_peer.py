@@ -56,6 +56,15 @@ def main() -> None:
                     out(T.put(np.ones(int(sys.argv[3]), np.uint8)))
                 except T.TransportError as e:
                     out((type(e).__name__, str(e)))
+    elif role == "relay-get":  # get with relay=True, answer, then stay up (a relay) until told
+        ref = pickle.loads(base64.b64decode(sys.argv[2]))
+        try:
+            a = T.get(ref, path="tcp", relay=True)
+            out(("ok", int(a.astype(np.int64).sum()), a.flags.writeable, T.stats()["served"]["tcp"]["bytes"]))
+        except T.TransportError as e:
+            out((type(e).__name__, str(e)))
+        sys.stdin.readline()
+        out(T.stats()["served"]["tcp"]["bytes"])
     elif role == "get":
         ref = pickle.loads(base64.b64decode(sys.argv[2]))
         try:

@@ -222,6 +222,29 @@ fn transport_fetch_tcp(
     .map_err(transport_error)
 }
 
+/// Receives leased buffer `buffer` of `owner` (`nbytes` bytes) as one reader of a relayed
+/// broadcast: `(read-only SharedBuffer of this process's copy, readers it serves, the relay it
+/// streamed from as "owner@endpoint" or None for the owner, whether it fell back to the owner)`.
+#[pyfunction]
+fn transport_fetch_relayed(
+    py: Python<'_>,
+    owner: String,
+    endpoint: String,
+    buffer: u64,
+    nbytes: u64,
+) -> PyResult<(SharedBuffer, u32, Option<String>, bool)> {
+    let t = started()?;
+    let d = descriptor(owner, endpoint, String::new(), buffer, nbytes);
+    let r = py.detach(|| t.fetch_relayed(&d)).map_err(transport_error)?;
+    let buf = SharedBuffer {
+        ptr: r.alloc.map.as_mut_ptr() as usize,
+        len: nbytes as usize,
+        readonly: true,
+        _keep: Keep::Owner(r.alloc.map),
+    };
+    Ok((buf, r.serve, r.upstream.map(|p| format!("{}@{}", p.owner, p.endpoint)), r.fell_back))
+}
+
 /// The path for a buffer of `owner` on `host`, as seen from this process.
 #[pyfunction]
 fn transport_choose(owner: &str, host: &str) -> PyResult<&'static str> {
@@ -393,6 +416,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transport_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(transport_trim, m)?)?;
     m.add_function(wrap_pyfunction!(transport_settle, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_fetch_relayed, m)?)?;
     m.add_function(wrap_pyfunction!(transport_shutdown, m)?)?;
     Ok(())
 }

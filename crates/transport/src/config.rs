@@ -44,6 +44,8 @@ pub struct Config {
     /// Idle segments of each size class (1 MiB and up) that the pool makes ahead of demand, in
     /// the background, after an allocation of that class (0: none).
     pub spares: usize,
+    /// Readers that each node of a relayed broadcast serves: 1 is a chain, 2 a binary tree.
+    pub relay_fanout: u32,
 }
 
 impl std::fmt::Debug for Config {
@@ -87,6 +89,7 @@ impl Config {
             encrypt_loopback: false,
             streams: DEFAULT_STREAMS,
             spares: DEFAULT_SPARES,
+            relay_fanout: 1,
         }
     }
 
@@ -94,7 +97,8 @@ impl Config {
     /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR`, `_IO_TIMEOUT_MS`, `_DRAIN_TIMEOUT_MS`,
     /// `_SENDFILE` (0 to stream with plain writes), `_ENCRYPT` (`always` to encrypt loopback
     /// connections too), `_STREAMS` (TCP connections per large fetch) and `_SPARES` (idle
-    /// segments made ahead of demand per size class) through `lookup`.
+    /// segments made ahead of demand per size class) and `_RELAY_FANOUT` (readers each node of a
+    /// relayed broadcast serves) through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |name: &str| lookup(&format!("ACCEL_TRANSPORT_{name}")).filter(|v| !v.is_empty());
         let secret = var("SECRET").ok_or_else(|| Error::Config("ACCEL_TRANSPORT_SECRET is not set".into()))?;
@@ -142,6 +146,12 @@ impl Config {
                 .ok()
                 .filter(|n| *n <= 8)
                 .ok_or_else(|| Error::Config(format!("ACCEL_TRANSPORT_SPARES={v}: 0 to 8")))?;
+        }
+        if let Some(v) = var("RELAY_FANOUT") {
+            cfg.relay_fanout = u32::try_from(parse_num(&v, "ACCEL_TRANSPORT_RELAY_FANOUT")?)
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(|| Error::Config(format!("ACCEL_TRANSPORT_RELAY_FANOUT={v}: 1 to 64")))?;
         }
         if let Some(v) = var("IO_TIMEOUT_MS") {
             cfg.io_timeout = Duration::from_millis(parse_num(&v, "ACCEL_TRANSPORT_IO_TIMEOUT_MS")?);

@@ -54,7 +54,7 @@ impl Transport {
         let owner = identity.id();
         let arena = Arc::new(Arena::new(&config.shm_dir, &identity, config.pool_bytes).with_spares(config.spares));
         let metrics = Arc::new(Metrics::default());
-        let control = Arc::new(Control::default());
+        let control = Arc::new(Control { relays: relay::Relays::new(config.relay_fanout), ..Control::default() });
         let server = Server::start(&config, &owner, arena.clone(), control.clone(), metrics.clone())?;
         let endpoint = match &config.advertise {
             Some(a) if a.contains(':') => a.clone(),
@@ -173,9 +173,10 @@ impl Transport {
         if let Some(up) = &place.upstream {
             got = self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, dst, streams, &landed);
             // One read of the relay's lease, whatever happened: it frees the relay's copy sooner.
-            let released = self.client.request(&up.endpoint, &up.owner, Kind::Release, &up.buffer.to_le_bytes(), || {
-                Error::Freed { owner: up.owner.clone(), buffer: up.buffer }
-            });
+            let released =
+                self.client.request(&up.endpoint, &up.owner, Kind::Release, &up.buffer.to_le_bytes(), || {
+                    Error::Freed { owner: up.owner.clone(), buffer: up.buffer }
+                });
             drop(released);
             fell_back = got.is_err();
         }

@@ -480,9 +480,8 @@ impl Client {
                 .enumerate()
                 .map(|(i, piece)| {
                     let at = (i * part) as u64;
-                    scope.spawn(move || {
-                        self.fetch_range(endpoint, owner, buffer, total as u64, Some(at), piece, landed)
-                    })
+                    scope
+                        .spawn(move || self.fetch_range(endpoint, owner, buffer, total as u64, Some(at), piece, landed))
                 })
                 .collect();
             // Every stream is joined (so `dst` is no longer borrowed) before the first error wins.
