@@ -12,8 +12,8 @@ iproute2), all plugged into a bridge, each node's uplink shaped to `--rate` with
 bucket (`tc qdisc ... tbf`). A Ray node runs in each namespace (`ray start`, its own raylet and
 object store); the producer actor is on the head's node and one consumer on each other node.
 
-Every round, for every system (rounds alternate between the systems, so drift hits all alike):
-the producer writes every byte of a fresh array, every consumer receives it (given the result
+Every round of every system (each system's rounds in a block, the readers' pooled memory
+returned between blocks, so all start alike): the producer writes every byte of a fresh array, every consumer receives it (given the result
 as a task argument) and reads every byte. Systems:
 
 - Ray: the producer returns the array; each consumer takes it as an argument (Ray's object
@@ -109,8 +109,9 @@ def role_driver(size: int, iters: int, readers: int) -> None:
     cs = [Consumer.options(resources={node(i + 1): 0.01}, runtime_env=tcp).remote() for i in range(readers)]
     ray.get([p.ready.remote()] + [c.ready.remote() for c in cs])
     rows: dict[str, list] = {s: [] for s in SYSTEMS}
-    for i in range(iters + 1):
-        for system in SYSTEMS:
+    for system in SYSTEMS:
+        ray.get([c.trim.remote() for c in cs])  # every system starts from the same memory
+        for i in range(iters + 1):
             if system == "ray":
                 made = p.ray_make.remote(size, i)
                 got = ray.get([c.ray_take.remote(made, i) for c in cs])
@@ -180,8 +181,8 @@ def render(res: dict, size: int, rate: str, readers: int, iters: int, command: s
         + " / ".join(f"{x:.1f}" for x in load) + " at the start.",
         "",
         f"{bt.human(size)} from the producer's node to consumers on {readers} other nodes; every node's uplink shaped to "
-        f"{rate} (`tc tbf`), so one link carries the bytes once in {ms(floor)} (the floor). {iters} warm rounds after a cold one, "
-        "rounds alternating between the systems; times to the last consumer.",
+        f"{rate} (`tc tbf`), so one link carries the bytes once in {ms(floor)} (the floor). {iters} warm rounds after a cold one "
+        "for each system; times to the last consumer.",
         "",
         "| system | cold delivered | warm delivered | warm end to end | warm delivered / floor |",
         "|---|---|---|---|---|",

@@ -492,8 +492,8 @@ def free(ref: Ref) -> bool:
 def reserve(nbytes: int, count: int = 1) -> None:
     """Pre-fault `count` pooled buffers for arrays of `nbytes` bytes, so that the first put or
     empty() of that size is warm (creating and faulting a segment is the cold cost). Returns
-    once they are in the pool, with the spare that the pool grows ahead of demand
-    (``ACCEL_TRANSPORT_SPARES``, default 1 per size class from 1 MiB) as well."""
+    once they are in the pool, with the spare that the pool grows ahead of demand when two
+    buffers of a size from 1 MiB are live at once (``ACCEL_TRANSPORT_SPARES``, default 1)."""
     _start()
     buffers = [_native.transport_alloc(int(nbytes))[0] for _ in range(count)]  # mappings dropped here
     for buffer in buffers:

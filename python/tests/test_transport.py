@@ -287,7 +287,8 @@ def test_get_into_a_callers_buffer(path):
 def test_reserve_makes_the_first_buffer_of_a_size_warm():
     T.trim()  # start from an empty pool: no idle buffers, none held by views
     T.reserve(3 << 20, count=2)
-    # Both, and the spare that the pool grows ahead of demand (ACCEL_TRANSPORT_SPARES=1).
+    # Both, and the spare that the pool grew ahead of demand when two were live at once
+    # (ACCEL_TRANSPORT_SPARES=1).
     assert T.stats()["pool"]["idle_bytes"] == 3 * (3 << 20)
     ref = T.put(np.ones(3 << 20, np.uint8))
     assert T.stats()["pool"]["idle_bytes"] == 2 * (3 << 20), "put took a pooled buffer"

@@ -10,9 +10,11 @@
 //! on exactly as long as the consumers' mappings.
 //!
 //! Growth ahead of demand: when an allocation of 1 MiB or more leaves its size class without an
-//! idle segment, a background thread creates and faults `spares` more (within the bound, never
-//! evicting anything), so the next buffer of that size is warm even while the last one is still
-//! leased out. An allocation that needs the room waits for a spare in the making, then evicts it.
+//! idle segment while another buffer of the class is still live (the pattern of leases and
+//! channels: version N+1 is written while readers hold N), a background thread creates and
+//! faults `spares` more (within the bound, never evicting anything), so the next buffer of that
+//! size is warm. One buffer at a time (allocate, free, allocate) recycles and grows nothing. An
+//! allocation that needs the room waits for a spare in the making, then evicts it.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -210,10 +212,10 @@ impl Arena {
         Ok(Allocation { buffer, segment: format!("{}{buffer}", self.prefix), len, map })
     }
 
-    /// Starts making spares of class `cap` when fewer than `spares` are idle or on the way and
-    /// the bound has room for them without evicting anything.
+    /// Starts making spares of class `cap` when two or more buffers of it are live, fewer than
+    /// `spares` are idle or on the way, and the bound has room for them without evicting anything.
     fn grow_ahead(&self, g: &mut Inner, cap: u64) {
-        if cap < SPARE_MIN_BYTES || g.closed {
+        if cap < SPARE_MIN_BYTES || g.closed || g.live.values().filter(|l| l.seg.capacity == cap).count() < 2 {
             return;
         }
         let idle = g.idle.iter().filter(|s| s.capacity == cap).count();
