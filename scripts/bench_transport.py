@@ -888,13 +888,14 @@ def _int_keys(d: dict) -> dict:
     return {int(k) if k.isdigit() else k: v for k, v in d.items()}
 
 
-def write_section(text: str) -> None:
+def write_section(text: str, begin: str = BEGIN, end: str = END, heading: str = "Tensor transport") -> None:
+    """Replaces the text between `begin` and `end` in docs/BENCHMARKS.md (or appends a section)."""
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    section = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in doc:
-        doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, doc, flags=re.S)
+    section = f"{begin}\n{text}\n{end}"
+    if begin in doc:
+        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, doc, flags=re.S)
     else:
-        doc = doc.rstrip("\n") + "\n\n## Tensor transport\n\n" + section + "\n"
+        doc = doc.rstrip("\n") + f"\n\n## {heading}\n\n" + section + "\n"
     DOC.write_text(doc)
 
 
