@@ -263,7 +263,10 @@ def two_hosts() -> Any:
 def test_a_capture_beyond_loopback_shows_no_plaintext(two_hosts: None, tmp_path: Path) -> None:
     pcap = tmp_path / "transfer.pcap"
     dump = subprocess.Popen(
-        ["ip", "netns", "exec", NS[0], "tcpdump", "-i", "accelcapvA", "-U", "-s", "0", "-B", "131072", "-w", str(pcap), "tcp"],
+        # --immediate-mode: every packet reaches tcpdump at once, not when a kernel ring block
+        # fills or times out, so no packet the filter took is still in flight at SIGINT.
+        ["ip", "netns", "exec", NS[0], "tcpdump", "-i", "accelcapvA", "--immediate-mode", "-U", "-s", "0", "-B", "131072",
+         "-w", str(pcap), "tcp"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
