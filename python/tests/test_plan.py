@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -161,31 +162,33 @@ def test_impossible_request_returns_at_once_with_a_bounded_search():
 
 def test_planning_releases_the_gil():
     # Regression: the binding held the GIL while planning, freezing every other thread of a Ray
-    # driver. A thread plans a request whose search runs to its step budget, while this thread
-    # counts; with the GIL released, the count moves during the native call.
+    # driver. A thread plans, 50 times, a request whose search runs to its step budget (a few ms
+    # each), while this thread stamps the time whenever it runs (taking a stamp needs the GIL).
+    # A call that held the GIL could see at most one stamp inside it (one taken after the
+    # thread's start time but before the call began); two in one call mean it let the GIL go.
     nodes = {"mi300x": 40, "dgx-h100": 40, "hgx-b200": 40}
     cluster = accel.cluster(nodes, rack_size=1)
     planner = accel.Planner(cluster)
     request = {"bundles": [{"count": 3, "connectivity": "scale-up"}] * 8, "same": "rack"}
-    ticks = [0]
-    moved = []
+    spans: list[tuple[float, float]] = []
+    stamps: list[float] = []
     done = threading.Event()
 
     def plan() -> None:
-        before = ticks[0]
-        try:
-            planner.plan(request)
-        except accel.PlacementError:
-            pass
-        moved.append(ticks[0] - before)
+        for _ in range(50):
+            start = time.perf_counter()
+            try:
+                planner.plan(request)
+            except accel.PlacementError:
+                pass
+            spans.append((start, time.perf_counter()))
         done.set()
 
     thread = threading.Thread(target=plan)
     thread.start()
-    # Each wait gives the GIL up, so the planning thread is never starved; a tick needs the GIL
-    # back, which a planner holding it would not give until it returns.
-    while not done.wait(0.001):
-        ticks[0] += 1
+    while not done.wait(0.0005):  # each wait gives the GIL up, so the planner is never starved
+        stamps.append(time.perf_counter())
     thread.join()
     assert planner.last_search_steps() > 0
-    assert moved[0] > 0, "no Python code ran while the planner searched"
+    most = max(sum(1 for t in stamps if a < t < b) for a, b in spans)
+    assert most >= 2, f"no Python code ran during any of 50 native plans ({len(stamps)} stamps in all)"
