@@ -9,12 +9,29 @@ use accel_transport::{Config, Descriptor, Transport};
 
 pub const SECRET: &[u8] = b"test-cluster-secret-0123456789";
 
-/// A fresh, empty shm directory for one test: `<tmp>/<prefix>-<tag>-<pid>`.
+/// A fresh, empty shm directory for one test: `<tmp>/<prefix>-<tag>-<pid>`. The directories
+/// of earlier test processes that have exited (`<prefix>-*-<pid>`) are removed first: a test
+/// process ends without unlinking its owners' segments, which would otherwise pile up in `<tmp>`
+/// run after run (hundreds of MiB each time).
 pub fn shm_dir(prefix: &str, tag: &str) -> PathBuf {
+    sweep_dead(prefix);
     let dir = std::env::temp_dir().join(format!("{prefix}-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Removes `<tmp>/<prefix>-<anything>-<pid>` directories whose process no longer runs.
+fn sweep_dead(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else { continue };
+        let Some(pid) = rest.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A config with the test secret and its own shm directory.
