@@ -553,28 +553,21 @@ impl Client {
 
     /// Asks the owner whether `buffer` is still published: `Ok` if so, `Freed` if not.
     pub fn check(&self, endpoint: &str, owner: &str, buffer: u64) -> Result<()> {
-        self.with_conn(endpoint, owner, |s| {
-            frame::write(s, Kind::Check, &buffer.to_le_bytes())?;
-            match frame::read(s, MAX_CONTROL)? {
-                (Kind::Ok, _) => Ok(()),
-                (Kind::Err, p) if p.first() == Some(&code::FREED) => Err(Error::Freed { owner: owner.into(), buffer }),
-                (Kind::Err, p) => Err(frame::remote_error(&p)),
-                (k, _) => Err(Error::Protocol(format!("expected Ok, got {k:?}"))),
-            }
-        })
+        self.ask(endpoint, owner, buffer, Kind::Check, Kind::Ok)
     }
 
     /// Asks the owner to free `buffer`.
     pub fn free(&self, endpoint: &str, owner: &str, buffer: u64) -> Result<()> {
-        self.with_conn(endpoint, owner, |s| {
-            frame::write(s, Kind::Free, &buffer.to_le_bytes())?;
-            match frame::read(s, MAX_CONTROL)? {
-                (Kind::Freed, _) => Ok(()),
-                (Kind::Err, p) if p.first() == Some(&code::FREED) => Err(Error::Freed { owner: owner.into(), buffer }),
-                (Kind::Err, p) => Err(frame::remote_error(&p)),
-                (k, _) => Err(Error::Protocol(format!("expected Freed, got {k:?}"))),
-            }
-        })
+        self.ask(endpoint, owner, buffer, Kind::Free, Kind::Freed)
+    }
+
+    /// Sends `request` about `buffer` and expects `reply`; `Freed` if the owner does not have it.
+    fn ask(&self, endpoint: &str, owner: &str, buffer: u64, request: Kind, reply: Kind) -> Result<()> {
+        let freed = || Error::Freed { owner: owner.into(), buffer };
+        match self.request(endpoint, owner, request, &buffer.to_le_bytes(), freed)? {
+            (k, _) if k == reply => Ok(()),
+            (k, _) => Err(Error::Protocol(format!("expected {reply:?}, got {k:?}"))),
+        }
     }
 
     /// Drops the cached connections.
