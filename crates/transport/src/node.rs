@@ -168,21 +168,19 @@ impl Transport {
         let dst = unsafe { std::slice::from_raw_parts_mut(alloc.map.as_mut_ptr(), d.len as usize) };
         let landed = |at: u64, len: u64| fill.mark(at, len);
         let streams = self.config.streams;
-        let mut fell_back = false;
-        let mut got = Err(Error::Protocol("not fetched".into()));
-        if let Some(up) = &place.upstream {
-            got = self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, dst, streams, &landed);
+        let from_relay = place.upstream.as_ref().map(|up| {
+            let got = self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, &mut *dst, streams, &landed);
             // One read of the relay's lease, whatever happened: it frees the relay's copy sooner.
-            let released =
-                self.client.request(&up.endpoint, &up.owner, Kind::Release, &up.buffer.to_le_bytes(), || {
-                    Error::Freed { owner: up.owner.clone(), buffer: up.buffer }
-                });
-            drop(released);
-            fell_back = got.is_err();
-        }
-        if place.upstream.is_none() || fell_back {
-            got = self.client.fetch_striped_with(&d.endpoint, &d.owner, d.buffer, dst, streams, &landed);
-        }
+            let freed = || Error::Freed { owner: up.owner.clone(), buffer: up.buffer };
+            drop(self.client.request(&up.endpoint, &up.owner, Kind::Release, &up.buffer.to_le_bytes(), freed));
+            got
+        });
+        let fell_back = matches!(from_relay, Some(Err(_)));
+        let got = match from_relay {
+            Some(Ok(())) => Ok(()),
+            // No relay, or it failed: the owner (pieces already here are rewritten with the same bytes).
+            _ => self.client.fetch_striped_with(&d.endpoint, &d.owner, d.buffer, dst, streams, &landed),
+        };
         if let Err(e) = got {
             self.abandon(alloc.buffer, &fill);
             return Err(e);

@@ -204,11 +204,6 @@ impl Relays {
         Assignment { upstream, serve }
     }
 
-    /// Drops the schedule of a buffer that is no longer published.
-    pub fn forget(&self, buffer: u64) {
-        self.joined.lock().unwrap_or_else(|e| e.into_inner()).remove(&buffer);
-    }
-
     /// Drops the schedules of every buffer for which `gone` holds.
     pub fn prune(&self, gone: impl Fn(u64) -> bool) {
         self.joined.lock().unwrap_or_else(|e| e.into_inner()).retain(|b, _| !gone(*b));
@@ -270,7 +265,7 @@ mod tests {
             let pointing = got.iter().filter(|b| b.upstream.as_ref().map(|p| p.buffer) == Some(i as u64 + 1)).count();
             assert_eq!(a.serve as usize, pointing);
         }
-        tree.forget(7);
+        tree.prune(|b| b == 7);
         assert_eq!(tree.join(7, 6, peer(1)).upstream, None);
     }
 
