@@ -56,7 +56,7 @@ pub fn run(args: &ConformanceArgs, out: &mut impl Write) -> Result<bool> {
     if args.live {
         let options = OpenOptions { registry: registry.clone(), env, ..OpenOptions::default() };
         let host = Host::open(&Source::Live, options).context("opening this machine")?;
-        fingerprint = Some(serde_json::to_value(accel_discover::fingerprint::collect(&host))?);
+        fingerprint = Some(serde_json::to_value(accel_discover::fingerprint::collect(&host, &plugins))?);
         captures.push(Capture::live(host));
     }
     let mut report = conformance::run(&plugins, &external, &args.plugins, &captures);

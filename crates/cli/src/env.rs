@@ -49,7 +49,8 @@ pub fn run(args: &EnvArgs, out: &mut impl Write) -> Result<bool> {
         return Ok(changes.is_empty());
     }
     let host = crate::make_host(&args.source)?;
-    let fp = fingerprint::collect(&host);
+    let (plugins, _) = accel_discover::plugins_with_external(&crate::exec_options());
+    let fp = fingerprint::collect(&host, &plugins);
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &fp)?;
         writeln!(out)?;
@@ -71,5 +72,7 @@ fn load(path: &Path) -> Result<Fingerprint> {
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     let inner = if value.get("fields").is_some() { value } else { value["fingerprint"].clone() };
-    serde_json::from_value(inner).with_context(|| format!("{} holds no environment fingerprint", path.display()))
+    let fp = serde_json::from_value(inner)
+        .with_context(|| format!("{} holds no environment fingerprint", path.display()))?;
+    Ok(fingerprint::redacted(fp))
 }

@@ -91,7 +91,10 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
         ExportCommand::Dra(args) => {
             let machine = discover_machine(&args.source)?;
             let node = args.node_name.clone().unwrap_or_else(|| node_name(&machine));
-            let slices = dra::resource_slices(&machine, &node, &args.driver)?;
+            let dra::Slices { slices, skipped } = dra::resource_slices(&machine, &node, &args.driver)?;
+            for line in &skipped {
+                eprintln!("accel: warning: {line}");
+            }
             if slices.is_empty() {
                 eprintln!("accel: note: no accelerators found, so no ResourceSlice");
             }
@@ -139,10 +142,31 @@ fn node_name(machine: &Machine) -> String {
 /// Writes `text` to a hidden temporary file beside `path` (NFD skips dot files), then renames
 /// it over `path`, so a reader never sees half a file.
 fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
-    let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
-    let result = std::fs::write(&tmp, text)
+    // The temporary file is created exclusively (O_EXCL never follows a symlink) under a name
+    // nobody can predict: a local user who can write to the directory can neither redirect the
+    // write into another file nor block it by taking the name first.
+    let mut attempt = 0;
+    let (tmp, mut file) = loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+        let tmp = dir.join(format!(".{}.tmp.{:016x}", name.to_string_lossy(), h.finish()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp) {
+            Ok(file) => break (tmp, file),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => attempt += 1,
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot create a temporary file beside {}", path.display()))
+            }
+        }
+    };
+    let result = file
+        .write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
         .and_then(|()| std::fs::rename(&tmp, path))
         .with_context(|| format!("cannot write {}", path.display()));
     if result.is_err() {

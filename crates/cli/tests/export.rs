@@ -53,6 +53,30 @@ fn nfd_output_is_written_whole_and_leaves_no_temporary_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Regression (security): the NFD file was written through a predictable temporary name
+/// (`.NAME.tmp.<pid>`) that `std::fs::write` followed if it was a symlink, so a local user who
+/// could write to the features directory made `accel` (often root) overwrite any file. The
+/// shell plants that link for its own pid and `exec`s accel under the same pid.
+#[test]
+fn nfd_output_never_follows_a_planted_temporary_name() {
+    let dir = std::env::temp_dir().join(format!("accel-nfd-plant-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let script = format!(
+        "ln -s {victim} {dir}/.features.tmp.$$ && exec {accel} export nfd --sample dgx-h100 --output {dir}/features",
+        victim = victim.display(),
+        dir = dir.display(),
+        accel = env!("CARGO_BIN_EXE_accel"),
+    );
+    let out = Command::new("sh").arg("-c").arg(&script).env_remove("ACCEL_SKU_DIR").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n", "the write followed the planted link");
+    assert!(std::fs::read_to_string(dir.join("features")).unwrap().contains("nvidia.com/gpu.count=8"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn bad_input_exits_2() {
     bad_input(&accel(&["export", "dra", "--sample", "dgx-h100", "--driver", "Not_A_Domain"]), "DNS subdomain");

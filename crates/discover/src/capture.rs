@@ -205,7 +205,7 @@ pub fn capture(host: &Host, machine: &Machine) -> (MemTree, Vec<Warning>) {
     }
     match host.labels_file() {
         Some(path) => {
-            if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(text) = crate::platform::read_outside(path) {
                 c.tree.add_file(RECORDED_LABELS, text);
             }
         }

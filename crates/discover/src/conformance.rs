@@ -68,7 +68,7 @@ impl Capture {
         let name = named.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
         let readme = [path.join("README.md"), path.parent().map(|p| p.join("README.md")).unwrap_or_default()]
             .iter()
-            .find_map(|p| std::fs::read_to_string(p).ok())
+            .find_map(|p| crate::fs::read_regular(p, 1 << 20).ok().and_then(|b| String::from_utf8(b).ok()))
             .unwrap_or_default();
         let bundle = if path.is_file() {
             Some(path.to_path_buf())
@@ -79,7 +79,8 @@ impl Capture {
         };
         let (host, tree) = match bundle {
             Some(file) => {
-                let bytes = std::fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                let bytes = crate::fs::read_regular(&file, crate::fs::MAX_BUNDLE_BYTES)
+                    .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
                 let tree = Arc::new(
                     MemTree::parse_bundle(&bytes)
                         .map_err(|e| format!("{} is not a capture bundle: {e}", file.display()))?,

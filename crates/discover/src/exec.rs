@@ -52,15 +52,31 @@ pub struct ExecOptions {
     /// Directories searched first (`ACCEL_PLUGIN_DIR`, colon-separated), then `PATH`.
     pub dirs: Vec<PathBuf>,
     pub timeout: Duration,
+    /// Search-path entries left out before the search, each with a warning ([`find`] reports
+    /// them): a relative `PATH` entry names whatever directory accel happens to run in.
+    pub skipped: Vec<Warning>,
 }
 
 impl ExecOptions {
     /// From a process environment: `ACCEL_PLUGIN_DIR`, `PATH`, `ACCEL_PLUGIN_TIMEOUT_MS`.
     pub fn from_env(env: &BTreeMap<String, String>) -> ExecOptions {
         let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut skipped = Vec::new();
         for var in ["ACCEL_PLUGIN_DIR", "PATH"] {
             if let Some(v) = env.get(var) {
                 for d in v.split(':').filter(|d| !d.is_empty()).map(PathBuf::from) {
+                    // ACCEL_PLUGIN_DIR is named on purpose; a relative PATH entry is an accident
+                    // that lets whoever owns the working directory plant a plugin.
+                    if var == "PATH" && d.is_relative() {
+                        skipped.push(warn(
+                            "search",
+                            format!(
+                                "PATH entry {:?} not searched for plugins: it is relative",
+                                d.display().to_string()
+                            ),
+                        ));
+                        continue;
+                    }
                     // A directory listed twice (PATH often repeats one) is searched once.
                     if !dirs.contains(&d) {
                         dirs.push(d);
@@ -72,7 +88,7 @@ impl ExecOptions {
             .get("ACCEL_PLUGIN_TIMEOUT_MS")
             .and_then(|v| v.parse::<u64>().ok())
             .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-        ExecOptions { dirs, timeout }
+        ExecOptions { dirs, timeout, skipped }
     }
 }
 
@@ -88,8 +104,15 @@ pub struct ExecPlugin {
 /// sorted by name. `reserved` names (the built-in plugins') are skipped with a warning.
 pub fn find(options: &ExecOptions, reserved: &[&str]) -> (Vec<ExecPlugin>, Vec<Warning>) {
     let mut found: BTreeMap<String, PathBuf> = BTreeMap::new();
-    let mut warnings = Vec::new();
+    let mut warnings = options.skipped.clone();
     for dir in &options.dirs {
+        if world_writable(dir) {
+            warnings.push(warn(
+                "search",
+                format!("{} not searched for plugins: any local user can write to it", dir.display()),
+            ));
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(dir) else { continue };
         let mut names: Vec<(String, PathBuf)> = entries
             .filter_map(|e| e.ok())
@@ -100,6 +123,10 @@ pub fn find(options: &ExecOptions, reserved: &[&str]) -> (Vec<ExecPlugin>, Vec<W
         for (file, path) in names {
             let name = file[PREFIX.len()..].to_owned();
             if found.contains_key(&name) || !is_executable(&path) {
+                continue;
+            }
+            if world_writable(&path) {
+                warnings.push(warn(&name, format!("{} ignored: any local user can write to it", path.display())));
                 continue;
             }
             if !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
@@ -126,6 +153,13 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Whether anyone may write to `path` (mode `o+w`, symlinks followed): a plugin from there could
+/// be anyone's.
+fn world_writable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o002 != 0)
+}
+
 fn warn(name: &str, message: String) -> Warning {
     Warning { source: format!("plugin:{name}"), path: None, message }
 }
@@ -147,6 +181,12 @@ impl ExecPlugin {
         let mut cmd = Command::new(&self.path);
         cmd.arg(verb).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         cmd.env("ACCEL_PROTOCOL", PROTOCOL.to_string());
+        // A plugin never sees a secret: the transport's cluster secret, tokens, keys.
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_none_or(crate::fingerprint::is_secret_name) {
+                cmd.env_remove(&key);
+            }
+        }
         match root {
             Some(r) => cmd.env("ACCEL_ROOT", r),
             None => cmd.env_remove("ACCEL_ROOT"),

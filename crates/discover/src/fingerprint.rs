@@ -61,9 +61,10 @@ const DPKG: &[&str] = &[
 /// Python distributions worth naming.
 const PYTHON: &[&str] = &["ray", "torch", "jax", "jaxlib", "libtpu", "nixl", "numpy", "vllm"];
 
-/// Collects the fingerprint of the machine behind `host` (discovering it for the topology hash).
-pub fn collect(host: &Host) -> Fingerprint {
-    let machine = crate::discover(host, &crate::default_plugins());
+/// Collects the fingerprint of the machine behind `host`, discovering it with `plugins` (built-in
+/// and external alike) for the topology hash and the visibility variables.
+pub fn collect(host: &Host, plugins: &[Box<dyn crate::Vendor>]) -> Fingerprint {
+    let machine = crate::discover(host, plugins);
     collect_with(host, &machine)
 }
 
@@ -119,7 +120,8 @@ pub fn collect_with(host: &Host, machine: &Machine) -> Fingerprint {
     firmware(host, machine, &mut f);
     for (key, value) in host.env_vars() {
         if relevant(key) || machine.accelerators.iter().any(|a| a.vocabulary.visibility_env.as_deref() == Some(key)) {
-            f.insert(format!("env.{key}"), Field::known(value.clone(), "environment"));
+            let value = if is_secret_name(key) { REDACTED.to_owned() } else { value.clone() };
+            f.insert(format!("env.{key}"), Field::known(value, "environment"));
         }
     }
     f.insert(
@@ -130,7 +132,57 @@ pub fn collect_with(host: &Host, machine: &Machine) -> Fingerprint {
     Fingerprint { fingerprint_version: FINGERPRINT_VERSION, fields: f }
 }
 
-/// Variables that change what a run sees, by pattern (no vendor list).
+/// accel's own settings that change what a run sees. An allow-list: a new `ACCEL_*` variable
+/// is not recorded until it is named here, so a secret added later never leaks by pattern.
+const ACCEL_SETTINGS: &[&str] = &[
+    "ACCEL_SKU_DIR",
+    "ACCEL_PLUGIN_DIR",
+    "ACCEL_PLUGIN_TIMEOUT_MS",
+    "ACCEL_GCE_METADATA_URL",
+    "ACCEL_IMDS_URL",
+    "ACCEL_TRANSPORT_PATH",
+    "ACCEL_TRANSPORT_BIND",
+    "ACCEL_TRANSPORT_ADVERTISE",
+    "ACCEL_TRANSPORT_ENCRYPT",
+    "ACCEL_TRANSPORT_NIXL",
+    "ACCEL_TRANSPORT_RELAY",
+    "ACCEL_TRANSPORT_RELAY_FANOUT",
+    "ACCEL_TRANSPORT_STREAMS",
+    "ACCEL_TRANSPORT_SENDFILE",
+    "ACCEL_TRANSPORT_POOL_BYTES",
+    "ACCEL_TRANSPORT_SPARES",
+    "ACCEL_TRANSPORT_MAP_CACHE_BYTES",
+    "ACCEL_TRANSPORT_MAX_FRAME",
+    "ACCEL_TRANSPORT_SHM_DIR",
+    "ACCEL_TRANSPORT_IO_TIMEOUT_MS",
+    "ACCEL_TRANSPORT_DRAIN_TIMEOUT_MS",
+];
+
+/// What a redacted value reads as, wherever it is printed.
+pub const REDACTED: &str = "<redacted>";
+
+/// Whether a variable's name says it holds a secret (`SECRET`, `TOKEN`, `KEY`, `PASSWORD`,
+/// `PASSWD`, `CREDENTIAL`, any case): its value is never printed, even where the name is allowed
+/// (an `NCCL_*` or `UCX_*` variable, or a visibility variable a plugin names).
+pub fn is_secret_name(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    ["SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|w| upper.contains(w))
+}
+
+/// The fields of a fingerprint made elsewhere (a file for `accel env diff`, a conformance
+/// report), with every secret-named variable's value redacted: older accel versions recorded
+/// every `ACCEL_*` variable, the transport secret among them.
+pub fn redacted(mut fp: Fingerprint) -> Fingerprint {
+    for (key, field) in &mut fp.fields {
+        if key.strip_prefix("env.").is_some_and(is_secret_name) && field.value.is_some() {
+            field.value = Some(REDACTED.to_owned());
+        }
+    }
+    fp
+}
+
+/// Variables that change what a run sees: families by pattern (no vendor list), and accel's own
+/// settings by name.
 fn relevant(key: &str) -> bool {
     key.contains("_VISIBLE_")
         || key.starts_with("NCCL_")
@@ -139,7 +191,7 @@ fn relevant(key: &str) -> bool {
         || key.starts_with("FI_")
         || key == "CUDA_MODULE_LOADING"
         || key == "CUDA_DEVICE_ORDER"
-        || key.starts_with("ACCEL_")
+        || ACCEL_SETTINGS.contains(&key)
 }
 
 fn os_release(text: &str) -> Option<String> {
@@ -295,5 +347,39 @@ mod tests {
             Some("12.8.1")
         );
         assert!(relevant("CUDA_VISIBLE_DEVICES") && relevant("NCCL_DEBUG") && !relevant("HOME"));
+    }
+
+    #[test]
+    fn secrets_are_never_recorded() {
+        assert!(!relevant("ACCEL_TRANSPORT_SECRET") && !relevant("ACCEL_ANYTHING_NEW"));
+        assert!(relevant("ACCEL_TRANSPORT_BIND"));
+        for name in ["ACCEL_TRANSPORT_SECRET", "NCCL_IB_KEY", "ucx_password", "HF_TOKEN", "X_CREDENTIALS"] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        assert!(!is_secret_name("NCCL_DEBUG") && !is_secret_name("CUDA_VISIBLE_DEVICES"));
+        // An allowed family, a secret name: recorded, value redacted. A plugin naming the secret as
+        // its visibility variable gets the same.
+        let env: BTreeMap<String, String> = [
+            ("NCCL_IB_KEY", "s3cr3t-one"),
+            ("ACCEL_TRANSPORT_SECRET", "s3cr3t-two"),
+            ("NCCL_DEBUG", "INFO"),
+            ("ACCEL_TRANSPORT_BIND", "127.0.0.1:0"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let host = Host::in_memory(Default::default(), accel_model::SkuRegistry::builtin()).with_env(env);
+        let fp = collect_with(&host, &Machine::new(Default::default()));
+        let text = serde_json::to_string(&fp).unwrap();
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert_eq!(fp.fields["env.NCCL_IB_KEY"].value.as_deref(), Some(REDACTED));
+        assert!(!fp.fields.contains_key("env.ACCEL_TRANSPORT_SECRET"));
+        assert_eq!(fp.fields["env.NCCL_DEBUG"].value.as_deref(), Some("INFO"));
+        assert_eq!(fp.fields["env.ACCEL_TRANSPORT_BIND"].value.as_deref(), Some("127.0.0.1:0"));
+        // A fingerprint from an older version that still holds one is redacted on the way in.
+        let mut old = fp.clone();
+        old.fields.insert("env.ACCEL_TRANSPORT_SECRET".into(), Field::known("s3cr3t-two", "environment"));
+        let text = serde_json::to_string(&redacted(old)).unwrap();
+        assert!(!text.contains("s3cr3t") && text.contains(REDACTED), "{text}");
     }
 }

@@ -23,6 +23,9 @@ use std::sync::{Arc, Mutex};
 /// The first line of every bundle.
 pub const BUNDLE_MAGIC: &str = "accel-capture 1";
 
+/// The largest bundle read (the biggest real capture is a few MiB).
+pub const MAX_BUNDLE_BYTES: u64 = 256 << 20;
+
 /// Where [`crate::Host`] reads its files.
 #[derive(Debug, Clone)]
 pub enum Fs {
@@ -404,7 +407,7 @@ impl Fs {
         match self {
             Fs::Real(None) => read_small(path, limit),
             Fs::Real(Some(c)) => {
-                let file = c.open(path, rustix::fs::OFlags::RDONLY)?;
+                let file = reopen_regular(c.open(path, rustix::fs::OFlags::PATH)?)?;
                 read_until_short(|buf| Ok(rustix::io::read(&file, buf)?), limit)
             }
             Fs::Memory(tree) => {
@@ -506,10 +509,53 @@ impl Fs {
     }
 }
 
+/// Reads a file named outside any root (a bundle, a labels file, a capture's README): a FIFO,
+/// a device node or a socket is an error at once, never a blocked read; at most `limit` bytes.
+pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    read_small(path, limit)
+}
+
 fn read_small(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    read_until_short(|buf| file.read(buf), limit)
+    use rustix::fs::{Mode, OFlags};
+    let file = rustix::fs::open(path, OFlags::RDONLY | NEVER_BLOCK, Mode::empty())?;
+    require_regular(&file)?;
+    read_until_short(|buf| Ok(rustix::io::read(&file, buf)?), limit)
+}
+
+/// Open flags for every read: a FIFO opens without waiting for a writer, and no terminal
+/// becomes ours. The file is then checked to be a regular one before a byte is read.
+const NEVER_BLOCK: rustix::fs::OFlags =
+    rustix::fs::OFlags::NONBLOCK.union(rustix::fs::OFlags::NOCTTY).union(rustix::fs::OFlags::CLOEXEC);
+
+/// Fails unless `fd` is a regular file: a FIFO would block a read forever, a device node or a
+/// socket is not an attribute. Discovery turns the error into a warning naming the path.
+fn require_regular(fd: &rustix::fd::OwnedFd) -> io::Result<()> {
+    use rustix::fs::FileType;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode);
+    let what = match kind {
+        FileType::RegularFile => return Ok(()),
+        FileType::Fifo => "a FIFO",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Socket => "a socket",
+        FileType::Directory => "a directory",
+        _ => "a special file",
+    };
+    Err(io::Error::new(io::ErrorKind::InvalidData, format!("not a regular file ({what}): not read")))
+}
+
+/// Opens for reading the file behind an `O_PATH` descriptor, only if it is a regular file. In a
+/// captured root nothing else is opened at all: opening a device node runs its driver (as
+/// whoever runs accel, often root), and a FIFO blocks. The inode is pinned by the `O_PATH`
+/// descriptor, so what is checked is what is opened (through `/proc/self/fd`).
+fn reopen_regular(path_fd: rustix::fd::OwnedFd) -> io::Result<rustix::fd::OwnedFd> {
+    use rustix::fd::AsRawFd;
+    use rustix::fs::{Mode, OFlags};
+    require_regular(&path_fd)?;
+    let proc_path = format!("/proc/self/fd/{}", path_fd.as_raw_fd());
+    let file = rustix::fs::open(proc_path.as_str(), OFlags::RDONLY | NEVER_BLOCK, Mode::empty())?;
+    require_regular(&file)?;
+    Ok(file)
 }
 
 /// Reads `name` relative to an open directory (`openat`): the kernel resolves one component,
@@ -517,24 +563,33 @@ fn read_small(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 /// Confined: a name that is a symlink leading out of `dir` fails with `EXDEV`.
 fn read_small_at(dir: &rustix::fd::OwnedFd, name: &str, limit: u64, confined: bool) -> io::Result<Vec<u8>> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
     let file = if confined {
-        match rustix::fs::openat2(dir, name, flags, Mode::empty(), ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS)
-        {
-            // Without openat2, a symlinked name fails here (ELOOP) and is resolved from the root.
+        // Opened as a path first, so a device node's driver never sees an open.
+        let flags = OFlags::PATH | OFlags::CLOEXEC;
+        let path_fd = match rustix::fs::openat2(
+            dir,
+            name,
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            // Without openat2, a symlinked name is resolved from the root (`EXDEV` says so):
+            // `O_PATH | O_NOFOLLOW` opens the link itself, which is never read.
             Err(rustix::io::Errno::NOSYS | rustix::io::Errno::LOOP) => {
-                rustix::fs::openat(dir, name, flags | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| {
-                    if e == rustix::io::Errno::LOOP {
-                        io::Error::from(rustix::io::Errno::XDEV)
-                    } else {
-                        e.into()
-                    }
-                })?
+                let fd = rustix::fs::openat(dir, name, flags | OFlags::NOFOLLOW, Mode::empty())?;
+                let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+                if kind == rustix::fs::FileType::Symlink {
+                    return Err(rustix::io::Errno::XDEV.into());
+                }
+                fd
             }
             other => other?,
-        }
+        };
+        reopen_regular(path_fd)?
     } else {
-        rustix::fs::openat(dir, name, flags, Mode::empty())?
+        let file = rustix::fs::openat(dir, name, OFlags::RDONLY | NEVER_BLOCK, Mode::empty())?;
+        require_regular(&file)?;
+        file
     };
     read_until_short(|buf| Ok(rustix::io::read(&file, buf)?), limit)
 }

@@ -218,12 +218,9 @@ fn imds(host: &Host, path: &str, warnings: &mut Vec<Warning>) -> Option<String> 
 
 /// The labels file is named by the operator (a downward-API mount), not part of the machine's
 /// root, so it is the one file read outside [`Host::path`].
-fn read_outside(path: &std::path::Path) -> std::io::Result<String> {
-    let meta = std::fs::metadata(path)?;
-    if meta.len() > 1 << 20 {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "larger than 1 MiB"));
-    }
-    std::fs::read_to_string(path)
+pub(crate) fn read_outside(path: &std::path::Path) -> std::io::Result<String> {
+    let bytes = crate::fs::read_regular(path, 1 << 20)?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
 #[cfg(test)]

@@ -78,7 +78,7 @@ impl Host {
                 crate::samples::host(name, registry).ok_or_else(|| OpenError::NoSample(name.clone()))?
             }
             Source::Root(root) if root.is_file() => {
-                let bytes = std::fs::read(root)
+                let bytes = crate::fs::read_regular(root, crate::fs::MAX_BUNDLE_BYTES)
                     .map_err(|source| OpenError::Unreadable { path: root.display().to_string(), source })?;
                 let tree = MemTree::parse_bundle(&bytes)
                     .map_err(|e| OpenError::NotBundle(root.display().to_string(), e.to_string()))?;

@@ -225,3 +225,39 @@ fn absolute_symlink_inside_the_capture_is_rerooted_and_reported() {
     assert_eq!(m.numa_nodes[0].cpus.len(), 4, "read through the re-rooted link: {:?}", m.numa_nodes);
     assert!(m.warnings.iter().any(|w| w.message.contains("symlinks lead out of the root")), "{:#?}", m.warnings);
 }
+
+/// Regression (security): a FIFO inside a captured root hung discovery forever (the open waits
+/// for a writer), and device nodes inside it were opened, as whoever runs accel (often root), so
+/// their drivers ran. Now nothing but a regular file is opened: a FIFO, a character device and a
+/// socket each become a warning naming the path, and discovery finishes.
+#[test]
+fn special_files_in_a_capture_are_warnings_never_opened() {
+    use rustix::fs::{FileType, Mode};
+    let t = Tree::new("special");
+    t.file("sys/devices/system/node/node0/cpulist", "0-3\n");
+    device(&t, "pci0000:00/0000:00:01.0", "0000:01:00.0", &[("device", b"0x2330\n"), ("class", b"0x030200\n")]);
+    let dir = t.0.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0");
+    let cwd = rustix::fs::CWD;
+    // The vendor attribute is a FIFO nobody writes: an open without O_NONBLOCK never returns.
+    rustix::fs::mknodat(cwd, dir.join("vendor"), FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+    // numa_node is /dev/null's device node (1:3), local_cpulist a socket.
+    let null = rustix::fs::makedev(1, 3);
+    let made_char =
+        rustix::fs::mknodat(cwd, dir.join("numa_node"), FileType::CharacterDevice, Mode::from_raw_mode(0o600), null)
+            .is_ok();
+    let _sock = std::os::unix::net::UnixListener::bind(dir.join("local_cpulist")).unwrap();
+    let root = t.0.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(discover(&Host::new(&root, SkuRegistry::builtin()), &default_plugins()));
+    });
+    let m = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("discovery hung on a FIFO in the capture");
+    assert!(warned(&m, "0000:01:00.0/vendor", "not a regular file (a FIFO)"), "{:#?}", m.warnings);
+    assert!(warned(&m, "0000:01:00.0/local_cpulist", "not a regular file (a socket)"), "{:#?}", m.warnings);
+    if made_char {
+        assert!(warned(&m, "0000:01:00.0/numa_node", "not a regular file (a character device)"), "{:#?}", m.warnings);
+    }
+    // The regular attributes beside them are still read.
+    let node = m.pci_node("0000:01:00.0").expect("the function is still reported");
+    assert_eq!(node.device, Some(accel_model::PciId(0x2330)));
+}

@@ -24,7 +24,7 @@ fn plugin_dir(name: &str, plugins: &[(&str, &str)]) -> PathBuf {
 }
 
 fn options(dir: &Path) -> ExecOptions {
-    ExecOptions { dirs: vec![dir.to_path_buf()], timeout: TIMEOUT }
+    ExecOptions { dirs: vec![dir.to_path_buf()], timeout: TIMEOUT, skipped: Vec::new() }
 }
 
 fn host() -> Host {
@@ -85,4 +85,35 @@ fn built_in_names_are_reserved_and_calls_are_typed() {
     let dir = plugin_dir("unsupported", &[("quiet", "exit 3")]);
     let p = ExecPlugin::at("quiet", dir.join("accel-plugin-quiet"), TIMEOUT);
     assert!(matches!(p.run("metrics", None, &serde_json::json!({})), Err(PluginError::Unsupported { .. })));
+}
+
+/// Regression (security): relative and world-writable `PATH` directories were searched for
+/// plugins without a word, so whoever owned the working directory, or any local user with `/tmp`
+/// on `PATH`, could plant `accel-plugin-x` and have accel run it. Each is now skipped with a
+/// warning, and so is a world-writable plugin executable in a good directory.
+#[test]
+fn planted_plugins_are_not_run() {
+    let planted = r#"echo '{"protocol": 1, "accelerators": []}'"#;
+    let open_dir = plugin_dir("world-writable", &[("planted", planted)]);
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let good_dir = plugin_dir("good-dir", &[("fine", planted), ("writable", planted)]);
+    std::fs::set_permissions(good_dir.join("accel-plugin-writable"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = format!("relative/bin:{}:{}", open_dir.display(), good_dir.display());
+    let env = [("PATH".to_owned(), path)].into_iter().collect();
+    let (found, warnings) = accel_discover::exec::find(&ExecOptions::from_env(&env), &[]);
+    let names: Vec<_> = found.iter().map(|p| p.path().file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["accel-plugin-fine"], "{warnings:?}");
+    let text: Vec<String> = warnings.iter().map(|w| w.to_string()).collect();
+    assert!(text.iter().any(|w| w.contains("\"relative/bin\"") && w.contains("relative")), "{text:?}");
+    assert!(
+        text.iter().any(|w| w.contains(&open_dir.display().to_string()) && w.contains("any local user")),
+        "{text:?}"
+    );
+    assert!(text.iter().any(|w| w.contains("accel-plugin-writable") && w.contains("any local user")), "{text:?}");
+    // ACCEL_PLUGIN_DIR is named on purpose: a relative one is still searched.
+    let env = [("ACCEL_PLUGIN_DIR".to_owned(), "relative/bin".to_owned())].into_iter().collect();
+    assert_eq!(ExecOptions::from_env(&env).dirs, [PathBuf::from("relative/bin")]);
+    for dir in [open_dir, good_dir] {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -245,9 +245,19 @@ fn counter_sets(machine: &Machine) -> Vec<CounterSet> {
         .collect()
 }
 
+/// A node's ResourceSlices, and the devices left out of them.
+#[derive(Debug, Clone)]
+pub struct Slices {
+    pub slices: Vec<ResourceSlice>,
+    /// One line per device that could not be published (no usable name, or a name another device
+    /// already has), naming its vendor (the plugin that reported it) and its id.
+    pub skipped: Vec<String>,
+}
+
 /// The node's ResourceSlices for `driver` (default [`DEFAULT_DRIVER`]). A node without
-/// accelerators gets no slice.
-pub fn resource_slices(machine: &Machine, node: &str, driver: &str) -> Result<Vec<ResourceSlice>, ExportError> {
+/// accelerators gets no slice. A device whose name cannot be published costs itself alone (it
+/// is listed in [`Slices::skipped`]); one plugin's bad ids never take the export down.
+pub fn resource_slices(machine: &Machine, node: &str, driver: &str) -> Result<Slices, ExportError> {
     check_driver(driver)?;
     let node_label = dns_label(node);
     if node_label.is_empty() {
@@ -259,11 +269,19 @@ pub fn resource_slices(machine: &Machine, node: &str, driver: &str) -> Result<Ve
             island_of.insert(m.clone(), (k, kind.clone(), members.len()));
         }
     }
-    let devices: Vec<Device> = machine.accelerators.iter().map(|a| device(machine, a, island_of.get(&a.id))).collect();
-    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    names.sort_unstable();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        return Err(ExportError::Limit(format!("two devices share the DNS label {:?}", w[0])));
+    let mut skipped = Vec::new();
+    let mut taken = std::collections::BTreeSet::new();
+    let mut devices: Vec<Device> = Vec::new();
+    for acc in &machine.accelerators {
+        let dev = device(machine, acc, island_of.get(&acc.id));
+        let who = format!("{} device {:?}", acc.vendor, acc.id);
+        if dev.name.is_empty() {
+            skipped.push(format!("{who}: its id has nothing usable in a DNS label; not published"));
+        } else if !taken.insert(dev.name.clone()) {
+            skipped.push(format!("{who}: its DNS label {:?} is another device's; not published", dev.name));
+        } else {
+            devices.push(dev);
+        }
     }
     let (plain, partitioned): (Vec<Device>, Vec<Device>) =
         devices.into_iter().partition(|d| d.consumes_counters.is_empty());
@@ -280,7 +298,7 @@ pub fn resource_slices(machine: &Machine, node: &str, driver: &str) -> Result<Ve
     }
     let count = specs.len() as i64;
     let driver_label = dns_label(driver);
-    Ok(specs
+    let slices = specs
         .into_iter()
         .enumerate()
         .map(|(k, (devices, shared_counters))| ResourceSlice {
@@ -295,7 +313,8 @@ pub fn resource_slices(machine: &Machine, node: &str, driver: &str) -> Result<Ve
                 shared_counters,
             },
         })
-        .collect())
+        .collect();
+    Ok(Slices { slices, skipped })
 }
 
 /// The slices as one YAML stream (`---` between documents), ready for `kubectl apply -f -`.

@@ -30,7 +30,9 @@ fn is_dns_label(s: &str) -> bool {
 /// Parses the YAML stream into the API type, checks nothing was dropped, and checks the limits
 /// the API server validates. Returns the typed slices.
 fn check(machine: &Machine, node: &str) -> Vec<ResourceSlice> {
-    let ours = resource_slices(machine, node, "accel.io").expect("export");
+    let export = resource_slices(machine, node, "accel.io").expect("export");
+    assert!(export.skipped.is_empty(), "{:?}", export.skipped);
+    let ours = export.slices;
     let yaml = to_yaml(&ours).expect("yaml");
     let mut typed = Vec::new();
     for (doc, mine) in serde_norway::Deserializer::from_str(&yaml).zip(&ours) {
@@ -210,4 +212,26 @@ fn bad_driver_and_node_names_are_input_errors() {
         let err = resource_slices(&machine, node, driver).unwrap_err();
         assert!(matches!(err, accel_export::ExportError::Input(_)), "{err}");
     }
+}
+
+/// Regression (security): one plugin whose device ids collide in DNS labels (or have none)
+/// failed the whole export, so a bad external plugin took every node's slices down. Now its
+/// devices alone are left out, each named with its plugin, and everything else is published.
+#[test]
+fn a_bad_plugin_costs_its_own_devices_not_the_export() {
+    let mut machine = samples::machine("dgx-h100").unwrap();
+    let good = machine.accelerators.len();
+    let mut clash = machine.accelerators[0].clone();
+    clash.vendor = "rogue".into();
+    clash.id = clash.id.to_uppercase().replace(':', "_");
+    clash.index = 100;
+    let mut nameless = clash.clone();
+    nameless.id = ":::".into();
+    nameless.index = 101;
+    machine.accelerators.extend([clash, nameless]);
+    let export = resource_slices(&machine, "node-a", "accel.io").expect("the export goes on");
+    let published: usize = export.slices.iter().map(|s| s.spec.devices.len()).sum();
+    assert_eq!(published, good);
+    assert_eq!(export.skipped.len(), 2, "{:?}", export.skipped);
+    assert!(export.skipped.iter().all(|l| l.starts_with("rogue device")), "{:?}", export.skipped);
 }
