@@ -125,7 +125,8 @@ fn domains(machine: &Machine, s: &mut String) {
     if !shown.is_empty() {
         let _ = writeln!(s, "Platform:");
         for (k, v) in shown {
-            let _ = writeln!(s, "  {k} = {v}");
+            // Values may hold line breaks (documents); one line each here.
+            let _ = writeln!(s, "  {k} = {}", accel_discover::validate::escape_controls(v, false));
         }
         s.push('\n');
     }

@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use accel_model::{Accelerator, Domain, Link, Machine, Warning};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{Host, Isolation, Report, Vendor};
@@ -293,11 +294,29 @@ impl ExecPlugin {
 }
 
 /// The `discover` answer, parsed into a report: devices that do not fit the model are
-/// dropped with a warning each, and every device is stamped with the plugin's name.
+/// dropped with a warning each, and every device is stamped with the plugin's name. Only the
+/// first [`validate::MAX_DEVICES`](crate::validate) devices (links, domains, warnings,
+/// attributes: their limits) are parsed; one warning counts the rest of each list.
 pub fn parse_discover(name: &str, value: &Value) -> Report {
+    use crate::validate::{over_limit, MAX_ATTRIBUTES, MAX_DEVICES, MAX_DOMAINS, MAX_LINKS, MAX_WARNINGS};
     let mut report = Report::default();
-    let list = |key: &str| value.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
-    for mut dev in list("accelerators") {
+    let source = format!("plugin:{name}");
+    let mut notes = Vec::new();
+    let mut list = |key: &str, max: usize| -> &[Value] {
+        let all = value.get(key).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        if all.len() > max {
+            notes.push(over_limit(&source, key, all.len() - max, max));
+        }
+        &all[..all.len().min(max)]
+    };
+    let (devices, links, domains, warnings) = (
+        list("accelerators", MAX_DEVICES),
+        list("links", MAX_LINKS),
+        list("domains", MAX_DOMAINS),
+        list("warnings", MAX_WARNINGS),
+    );
+    for dev in devices {
+        let mut dev = dev.clone();
         if let Some(obj) = dev.as_object_mut() {
             obj.entry("index").or_insert(Value::from(0));
             obj.insert("plugin".into(), Value::from(name));
@@ -307,34 +326,33 @@ pub fn parse_discover(name: &str, value: &Value) -> Report {
             Err(e) => report.warnings.push(warn(name, format!("device dropped: {e}"))),
         }
     }
-    for link in list("links") {
-        match serde_json::from_value::<Link>(link) {
+    for link in links {
+        match Link::deserialize(link) {
             Ok(l) => report.links.push(l),
             Err(e) => report.warnings.push(warn(name, format!("link dropped: {e}"))),
         }
     }
-    for domain in list("domains") {
-        match serde_json::from_value::<Domain>(domain) {
+    for domain in domains {
+        match Domain::deserialize(domain) {
             Ok(d) => report.domains.push(d),
             Err(e) => report.warnings.push(warn(name, format!("domain dropped: {e}"))),
         }
     }
-    for w in list("warnings") {
+    for w in warnings {
         let message = w.get("message").and_then(Value::as_str).unwrap_or("(no message)");
         let path = w.get("path").and_then(Value::as_str).map(str::to_owned);
-        report.warnings.push(Warning {
-            source: format!("plugin:{name}"),
-            path,
-            message: message.chars().take(500).collect(),
-        });
+        report.warnings.push(Warning { source: source.clone(), path, message: message.to_owned() });
     }
     if let Some(attrs) = value.get("attributes").and_then(Value::as_object) {
-        for (k, v) in attrs {
-            if let Some(v) = v.as_str() {
-                report.attributes.insert(k.clone(), v.to_owned());
-            }
+        let texts: Vec<(&String, &str)> = attrs.iter().filter_map(|(k, v)| Some((k, v.as_str()?))).collect();
+        if texts.len() > MAX_ATTRIBUTES {
+            report.warnings.push(over_limit(&source, "attributes", texts.len() - MAX_ATTRIBUTES, MAX_ATTRIBUTES));
+        }
+        for (k, v) in texts.into_iter().take(MAX_ATTRIBUTES) {
+            report.attributes.insert(k.clone(), v.to_owned());
         }
     }
+    report.warnings.extend(notes);
     report
 }
 
@@ -400,26 +418,11 @@ impl Vendor for ExecPlugin {
     fn discover(&self, host: &Host, platform: &Machine) -> Report {
         let Some(root) = ExecPlugin::root(host) else { return Report::default() };
         let input = serde_json::json!({"protocol": PROTOCOL, "machine": platform});
-        let mut report = match self.run("discover", Some(&root), &input) {
+        // Discovery checks the answer against itself and the other plugins (`validate`).
+        match self.run("discover", Some(&root), &input) {
             Ok(value) => parse_discover(self.name, &value),
             Err(e) => Report { warnings: vec![warn(self.name, e.to_string())], ..Report::default() },
-        };
-        // A plugin may claim only PCI functions no earlier plugin claimed, and ids must be new.
-        let taken: Vec<(&str, Option<accel_model::PciAddr>)> =
-            platform.accelerators.iter().map(|a| (a.id.as_str(), a.pci)).collect();
-        let mut kept = Vec::new();
-        for acc in std::mem::take(&mut report.accelerators) {
-            if taken
-                .iter()
-                .any(|(id, pci)| *id == acc.id || (acc.pci.is_some() && *pci == acc.pci && acc.partition.is_none()))
-            {
-                report.warnings.push(warn(self.name, format!("device {} dropped: already reported", acc.id)));
-            } else {
-                kept.push(acc);
-            }
         }
-        report.accelerators = kept;
-        report
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {

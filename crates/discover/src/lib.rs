@@ -29,6 +29,7 @@ pub mod schema;
 mod skufiles;
 mod source;
 pub mod tpu;
+pub mod validate;
 
 pub use amd::Amd;
 pub use gaudi::Gaudi;
@@ -54,25 +55,31 @@ pub const FEATURES: &[&str] = &[
 ];
 
 /// Discovers one machine: the host layer first, then each plugin in order.
-/// A plugin sees what the host layer and earlier plugins found, and never re-reports a PCI
-/// function an earlier plugin claimed.
+/// A plugin sees what the host layer and earlier plugins found. Every report, built-in or
+/// external, passes the same checks before it enters the machine ([`validate`]): bounded
+/// sizes, control characters escaped, unique ids, one plugin per PCI function, and links
+/// between devices that exist, agreed by the plugins of both ends.
 pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     let mut machine = linux::read_platform(host);
     let mut unusable = std::collections::BTreeSet::new();
+    let mut checker = validate::Checker::default();
     for plugin in plugins {
         let mut report = plugin.discover(host, &machine);
         unusable.extend(std::mem::take(&mut report.unusable));
+        let usable = |a: &accel_model::Accelerator| !a.pci.is_some_and(|p| unusable.contains(&p));
+        report.accelerators.retain(usable);
         let vocabulary = plugin.vocabulary();
         for acc in &mut report.accelerators {
             acc.vocabulary.fill_from(&vocabulary);
         }
-        let usable = |a: &accel_model::Accelerator| !a.pci.is_some_and(|p| unusable.contains(&p));
-        machine.accelerators.extend(report.accelerators.into_iter().filter(usable));
-        machine.links.extend(report.links);
+        checker.accept(plugin.id(), &mut report);
+        machine.accelerators.extend(report.accelerators);
         machine.domains.extend(report.domains);
         machine.warnings.extend(report.warnings);
         machine.attributes.extend(report.attributes);
     }
+    // Links last: one may name a device of a plugin that ran later.
+    checker.finish(&mut machine);
     let all = host.root_escapes();
     // Name each place once: a path under another listed one adds nothing.
     let escapes: Vec<String> = all
