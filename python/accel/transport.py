@@ -24,6 +24,7 @@ import atexit
 import importlib
 import os
 import secrets
+import stat
 import threading
 import time
 import weakref
@@ -141,13 +142,25 @@ def secret_file() -> str:
 
 
 def _read_secret_file(path: str) -> str | None:
+    """The secret in ``path`` (None if there is none), refused unless the file belongs to this
+    user and no one else may read or write it: a file another user owns (one they planted, or
+    could rewrite with their own secret) is never used. The checks are made on the file
+    opened, not on the name, so the name cannot be swapped between check and read."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    if st.st_mode & 0o077:
-        raise TransportError(f"{path} is readable by other users (mode {st.st_mode & 0o777:o}): chmod 600 it")
-    with open(path, encoding="utf-8") as f:
+    with os.fdopen(fd, encoding="utf-8") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TransportError(f"{path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise TransportError(
+                f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+                "a secret file must be this user's own (chown it, or make a new one)"
+            )
+        if st.st_mode & 0o077:
+            raise TransportError(f"{path} is readable by other users (mode {st.st_mode & 0o777:o}): chmod 600 it")
         return f.read().strip() or None
 
 

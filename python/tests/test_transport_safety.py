@@ -336,3 +336,80 @@ def test_the_secret_comes_from_a_0600_file_not_the_environment(tmp_path: Path) -
     fresh = tmp_path / "sub" / "secret"
     assert T.ensure_secret_file(str(fresh)) == str(fresh)
     assert fresh.stat().st_mode & 0o777 == 0o600 and len(fresh.read_text().strip()) >= 16
+
+
+# ------------------------------------------------------------- files planted by another local user
+
+STRANGER = 65534  # nobody: the other local user these tests play (chown needs root)
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="plays another local user with chown: needs root")
+
+
+def plant(path: Path, data: bytes) -> None:
+    """Creates ``path`` as the other user would: their file, mode 0600."""
+    path.write_bytes(data)
+    path.chmod(0o600)
+    os.chown(path, STRANGER, STRANGER)
+
+
+@needs_root
+def test_a_secret_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    # Issue 17: only the mode was checked, so a 0600 file another user planted (with a secret of
+    # their choosing) was used as the cluster secret.
+    planted = tmp_path / "transport-secret"
+    plant(planted, b"the-other-users-own-secret-0123456789\n")
+    with pytest.raises(T.TransportError, match=f"belongs to uid {STRANGER}"):
+        T._read_secret_file(str(planted))
+    with pytest.raises(T.TransportError, match=f"belongs to uid {STRANGER}"):
+        T.ensure_secret_file(str(planted))
+    assert planted.read_bytes() == b"the-other-users-own-secret-0123456789\n", "ensure_secret_file rewrote it"
+    # The file opened is checked, not the name: a link of this user's to it is refused too.
+    link = tmp_path / "link"
+    link.symlink_to(planted)
+    with pytest.raises(T.TransportError, match=f"belongs to uid {STRANGER}"):
+        T._read_secret_file(str(link))
+    # A process told to take its secret from it does not start with it.
+    env = {k: v for k, v in os.environ.items() if k != T.SECRET_VAR}
+    env[T.SECRET_FILE_VAR] = str(planted)
+    ref = T.put(np.arange(10, dtype=np.int64))
+    try:
+        res = subprocess.run(
+            [sys.executable, str(PEER), "get", base64.b64encode(pickle.dumps(ref)).decode(), "tcp"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        err = pickle.loads(base64.b64decode(res.stdout.strip().splitlines()[-1]))
+        assert err[0] == "TransportError" and f"belongs to uid {STRANGER}" in err[1], err
+    finally:
+        T.free(ref)
+        link.unlink()
+        planted.unlink()
+
+
+@needs_root
+def test_a_segment_planted_at_a_freed_name_is_refused_and_put_goes_on() -> None:
+    # Issue 17: after a free, another local user created a file under the freed segment's name
+    # and a stale get() mapped it (returning their bytes instead of raising); and files under the
+    # names the owner would take next (its buffer ids counted up) made put() fail.
+    ref = T.put(np.arange(1 << 14, dtype=np.int64))
+    T.free(ref)
+    forged = np.full(1 << 14, 7, dtype=np.int64)
+    freed_name = SHM / ref.segment
+    plant(freed_name, forged.tobytes())
+    prefix = ref.segment[: -len(str(ref.buffer))]
+    nexts = [SHM / f"{prefix}{ref.buffer + k}" for k in range(1, 33)] + [SHM / f"{prefix}idle{k}" for k in range(1, 33)]
+    try:
+        res = get_in_peer(ref, "shm")
+        assert res[0] != "ok", f"a stale get returned the planted bytes (sum {res[1]})"
+        assert res[0] == "TransportError" and "refused, not read" in res[1], res
+        for path in nexts:
+            plant(path, b"planted")
+        # A new size class (a segment is created) and a pooled one (a segment renamed).
+        for n in (3 << 18, 1 << 14):
+            new = T.put(np.ones(n, dtype=np.int64))
+            try:
+                assert get_in_peer(new, "shm")[:2] == ("ok", n)
+            finally:
+                T.free(new)
+        assert all(p.read_bytes() == b"planted" for p in nexts), "a planted file was replaced"
+    finally:
+        for path in [freed_name, *nexts]:
+            path.unlink(missing_ok=True)

@@ -30,8 +30,16 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Read/write inactivity timeout of a consumer.
     pub io_timeout: Duration,
-    /// Most concurrent server connections.
+    /// Most concurrent authenticated server connections (connections still in their handshake
+    /// do not count: they have their own bound, `max_handshakes`).
     pub max_connections: usize,
+    /// Most server connections still in their handshake at once; when a new one arrives with
+    /// every place taken, the oldest is dropped, so unauthenticated sockets can never keep an
+    /// authenticated consumer out.
+    pub max_handshakes: usize,
+    /// How long a server gives a connection for its whole handshake, however slowly its bytes
+    /// arrive (one deadline, not a per-read timeout).
+    pub handshake_timeout: Duration,
     /// Whether the server streams with `sendfile` (no user-space copy) rather than writes.
     pub sendfile: bool,
     /// How long an owner waits for a consumer to confirm a spliced stream before it aborts the
@@ -67,6 +75,10 @@ pub const DEFAULT_POOL_BYTES: u64 = 4 << 30;
 pub const DEFAULT_STREAMS: usize = 2;
 /// Default number of idle segments made ahead of demand per size class.
 pub const DEFAULT_SPARES: usize = 1;
+/// Default bound on connections still in their handshake.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 64;
+/// Default deadline of a server's whole handshake.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default frame limit and streaming chunk: 4 MiB.
 pub const DEFAULT_MAX_FRAME: u32 = 4 << 20;
 
@@ -84,6 +96,8 @@ impl Config {
             connect_timeout: Duration::from_millis(1000),
             io_timeout: Duration::from_millis(5000),
             max_connections: 256,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             sendfile: true,
             drain_timeout: Duration::from_secs(30),
             encrypt_loopback: false,
@@ -95,6 +109,8 @@ impl Config {
 
     /// Reads `ACCEL_TRANSPORT_SECRET` (required), `_BIND`, `_ADVERTISE`, `_POOL_BYTES`,
     /// `_MAP_CACHE_BYTES`, `_MAX_FRAME`, `_SHM_DIR`, `_IO_TIMEOUT_MS`, `_DRAIN_TIMEOUT_MS`,
+    /// `_HANDSHAKE_TIMEOUT_MS` (a server's deadline for a connection's whole handshake),
+    /// `_MAX_HANDSHAKES` (connections a server holds in their handshake at once),
     /// `_SENDFILE` (0 to stream with plain writes), `_ENCRYPT` (`always` to encrypt loopback
     /// connections too), `_STREAMS` (TCP connections per large fetch) and `_SPARES` (idle
     /// segments made ahead of demand per size class) and `_RELAY_FANOUT` (readers each node of a
@@ -153,6 +169,16 @@ impl Config {
                 .filter(|n| (1..=64).contains(n))
                 .ok_or_else(|| Error::Config(format!("ACCEL_TRANSPORT_RELAY_FANOUT={v}: 1 to 64")))?;
         }
+        if let Some(v) = var("HANDSHAKE_TIMEOUT_MS") {
+            cfg.handshake_timeout = Duration::from_millis(parse_num(&v, "ACCEL_TRANSPORT_HANDSHAKE_TIMEOUT_MS")?)
+                .max(Duration::from_millis(1));
+        }
+        if let Some(v) = var("MAX_HANDSHAKES") {
+            cfg.max_handshakes = usize::try_from(parse_num(&v, "ACCEL_TRANSPORT_MAX_HANDSHAKES")?)
+                .ok()
+                .filter(|n| (1..=4096).contains(n))
+                .ok_or_else(|| Error::Config(format!("ACCEL_TRANSPORT_MAX_HANDSHAKES={v}: 1 to 4096")))?;
+        }
         if let Some(v) = var("IO_TIMEOUT_MS") {
             cfg.io_timeout = Duration::from_millis(parse_num(&v, "ACCEL_TRANSPORT_IO_TIMEOUT_MS")?);
         }
@@ -164,6 +190,9 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         if self.secret.len() < SECRET_MIN_LEN {
             return Err(Error::Config(format!("the secret must be at least {SECRET_MIN_LEN} bytes")));
+        }
+        if self.max_handshakes == 0 || self.handshake_timeout.is_zero() {
+            return Err(Error::Config("max_handshakes and handshake_timeout must be positive".into()));
         }
         if self.max_frame < 4096 {
             return Err(Error::Config("max_frame must be at least 4096 bytes".into()));

@@ -8,7 +8,7 @@ use crate::channel::Channels;
 use crate::error::{Error, Result};
 use crate::frame::{self, code, Kind};
 use crate::lease::Leases;
-use crate::relay::{self, Fills, Relays};
+use crate::relay::{self, Fills, Relays, Sums};
 use crate::shm::Arena;
 
 /// An owner's leases, channels and relays.
@@ -20,6 +20,8 @@ pub struct Control {
     pub relays: Relays,
     /// This process's relay buffers still receiving (its server waits on them).
     pub fills: Fills,
+    /// Digests of this owner's relayed buffers, for readers that stream from a relay.
+    pub sums: Sums,
 }
 
 impl Control {
@@ -58,12 +60,22 @@ impl Control {
             Kind::Join => {
                 let (buffer, joiner) = relay::parse_join(payload)?;
                 self.relays.prune(|b| arena.lookup(b).is_none());
-                if arena.lookup(buffer).is_none() {
-                    not_there("buffer is not published")
-                } else {
-                    // Without a lease the readers are unknown: every one streams from the owner.
-                    let readers = self.leases.total(buffer).unwrap_or(0);
-                    (Kind::Ok, self.relays.join(buffer, readers, joiner).encode())
+                self.sums.prune(|b| arena.lookup(b).is_none());
+                match arena.lookup(buffer) {
+                    None => not_there("buffer is not published"),
+                    Some((map, len)) => {
+                        // Without a lease the readers are unknown: every one streams from the owner.
+                        let readers = self.leases.total(buffer).unwrap_or(0);
+                        let mut place = self.relays.join(buffer, readers, joiner);
+                        if place.upstream.is_some() {
+                            // Whoever the relay is, the reader checks its bytes against these.
+                            place.digests = Some((*self.sums.get(buffer, &map, len)).clone());
+                        } else if readers > self.relays.fanout() {
+                            // Later joiners will stream from relays: digest while this one streams.
+                            self.sums.prepare(buffer, map, len);
+                        }
+                        (Kind::Ok, place.encode())
+                    }
                 }
             }
             other => return Err(Error::Protocol(format!("{other:?} is not a control request"))),

@@ -14,6 +14,8 @@ pub enum Error {
     Freed { owner: String, buffer: u64 },
     #[error("stale reference: its owner {expected} is gone; {endpoint} now serves owner {found}")]
     Stale { expected: String, found: String, endpoint: String },
+    #[error("shared-memory segment {path} refused, not read: {reason} (planted by another user?)")]
+    Untrusted { path: String, reason: String },
     #[error("authentication failed: {0}")]
     Auth(String),
     #[error("protocol error: {0}")]

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::frame::Kind;
 use crate::identity::{host_id, process_alive, Identity};
 use crate::metrics::Metrics;
-use crate::relay::{self, Assignment, Fill, Peer};
+use crate::relay::{self, Assignment, Digests, Fill, Peer, Verifier};
 use crate::shm::{sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats};
 use crate::tcp::{Client, Server};
 
@@ -23,7 +23,8 @@ pub struct Relayed {
     pub serve: u32,
     /// The relay it streamed from (`None`: the owner).
     pub upstream: Option<Peer>,
-    /// The relay failed or stalled and the bytes came from the owner instead.
+    /// The relay failed, stalled or sent bytes that did not match the owner's digests, and the
+    /// bytes came from the owner instead.
     pub fell_back: bool,
 }
 
@@ -142,7 +143,10 @@ impl Transport {
     /// Receives leased buffer `d` as one reader of a relayed broadcast (module `relay`): joins
     /// its owner's schedule, streams from the relay it names (or the owner) into a new buffer of
     /// this arena, forwarding each piece as it lands to the readers this process serves, and
-    /// falls back to the owner if the relay fails. The new buffer stays published for those
+    /// falls back to the owner if the relay fails. A relay's bytes are checked piece by piece
+    /// against the digests the owner sent with the assignment before they are forwarded or
+    /// returned; a piece that does not match ends the relayed stream and the owner sends the
+    /// buffer instead, so a relay never injects a byte. The new buffer stays published for those
     /// readers and is freed after their reads, or `drain_timeout` after it filled at the latest
     /// (a reader that has not finished by then goes to the owner); with none to serve it is
     /// freed at once, its memory kept by `alloc.map` for as long as the caller holds it.
@@ -166,10 +170,34 @@ impl Transport {
         // its server reads a piece only after `fill` says the piece has landed.
         #[allow(unsafe_code)]
         let dst = unsafe { std::slice::from_raw_parts_mut(alloc.map.as_mut_ptr(), d.len as usize) };
-        let landed = |at: u64, len: u64| fill.mark(at, len);
+        let base = alloc.map.as_ptr() as usize;
+        let landed = |at: u64, len: u64| {
+            fill.mark(at, len);
+            Ok(())
+        };
         let streams = self.config.streams;
         let from_relay = place.upstream.as_ref().map(|up| {
-            let got = self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, &mut *dst, streams, &landed);
+            let sums = place.digests.as_ref().filter(|s| s.total == d.len).ok_or_else(|| {
+                Error::Protocol("the owner named a relay without the digests to check its bytes".into())
+            });
+            let got = sums.and_then(|sums| {
+                let verifier = Verifier::new(sums);
+                let failed = std::sync::atomic::AtomicBool::new(false);
+                let checked = |at: u64, len: u64| {
+                    // Once one stripe fails every stripe stops: the owner sends the buffer instead.
+                    if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                        return Err(Error::Protocol("another stripe of the relayed stream failed".into()));
+                    }
+                    check_relayed(sums, &verifier, base, at, len, &fill, &up.owner)
+                        .inspect_err(|_| failed.store(true, std::sync::atomic::Ordering::Relaxed))
+                };
+                self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, &mut *dst, streams, &checked)?;
+                if verifier.all_arrived() {
+                    Ok(())
+                } else {
+                    Err(Error::Protocol("a relayed stream ended before every piece was checked".into()))
+                }
+            });
             // One read of the relay's lease, whatever happened: it frees the relay's copy sooner.
             let freed = || Error::Freed { owner: up.owner.clone(), buffer: up.buffer };
             drop(self.client.request(&up.endpoint, &up.owner, Kind::Release, &up.buffer.to_le_bytes(), freed));
@@ -305,4 +333,34 @@ impl Transport {
         self.client.clear();
         self.maps.clear();
     }
+}
+
+/// Counts `[at, at + len)` of a relayed stream landed in the buffer at address `base` and
+/// checks each piece it completes against the owner's digest, marking it in `fill` (so this
+/// process's server forwards it) only if it matches. `Err` names the relay whose bytes failed.
+fn check_relayed(
+    sums: &Digests,
+    verifier: &Verifier,
+    base: usize,
+    at: u64,
+    len: u64,
+    fill: &Fill,
+    relay: &str,
+) -> Result<()> {
+    for i in verifier.arrived(at, len)? {
+        let (start, n) = sums.range(i);
+        // SAFETY: piece `i` lies within the allocation (the digests cover exactly `d.len`
+        // bytes of it) and all of it has arrived; no stream writes it again without failing
+        // the fetch (`Verifier::arrived`).
+        #[allow(unsafe_code)]
+        let piece = unsafe { std::slice::from_raw_parts((base + start as usize) as *const u8, n as usize) };
+        if !sums.matches(i, piece) {
+            return Err(Error::Protocol(format!(
+                "relay {relay} sent bytes that do not match the owner's digest (piece {i}); \
+                 fetching from the owner"
+            )));
+        }
+        fill.mark(start, n);
+    }
+    Ok(())
 }

@@ -3,6 +3,13 @@
 //! Each buffer is one file in the shared-memory directory named
 //! `accel-<pid namespace>-<pid>-<start>-<buffer id>`, sized to a pooled size class and pre-faulted with
 //! `fallocate` + `MAP_POPULATE` (so a full `/dev/shm` is an error here, never a SIGBUS later).
+//! Buffer ids are random 64-bit numbers (never 0), so neither an id nor a segment name can be
+//! guessed; pooled segments wait under `accel-<...>-<start>-idle-<random>`. A name is only ever
+//! taken exclusively (`O_CREAT | O_EXCL`, mode 0600, or a rename that never replaces), and one
+//! already there (planted by another local user in the shared directory) makes the owner draw
+//! another. A consumer opens a name without following links and maps it only if the file is a
+//! regular file of its own user that no one else may read or write: a planted one is refused,
+//! never read.
 //! Advisory `flock`s make reuse safe: the owner holds `LOCK_EX` on a buffer until it is
 //! published and again while it idles in the pool; a consumer holds `LOCK_SH` for as long as it
 //! maps the buffer. A freed buffer is recycled (renamed, kept faulted) only if the owner wins
@@ -18,6 +25,8 @@
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
+#[cfg(test)]
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -32,6 +41,8 @@ use crate::identity::{pid_namespace, process_alive, Identity};
 /// Every segment name starts with this; the orphan sweeper looks at nothing else.
 pub const SEGMENT_PREFIX: &str = "accel-";
 const PAGE: u64 = 4096;
+/// Fresh names an owner tries before it gives up: each taken one was planted by someone.
+const NAME_ATTEMPTS: usize = 16;
 
 /// The pooled capacity for `len` bytes: whole pages, then eight steps per power of two above
 /// 64 KiB, so at most 12.5% of a buffer is slack.
@@ -67,8 +78,6 @@ struct Live {
 
 #[derive(Default)]
 struct Inner {
-    next_buffer: u64,
-    next_idle: u64,
     live: HashMap<u64, Live>,
     idle: Vec<Segment>,
     /// Freed, but still mapped by a view (the owner's own or a consumer's): renamed so no
@@ -117,6 +126,9 @@ pub struct Arena {
     spares: usize,
     /// The state, and a signal for each spare that lands (shared with the threads making them).
     inner: Arc<(Mutex<Inner>, Condvar)>,
+    /// Ids the unit tests hand out before random ones (to collide with planted names).
+    #[cfg(test)]
+    test_ids: Mutex<VecDeque<u64>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -128,7 +140,65 @@ impl std::fmt::Debug for Inner {
 impl Arena {
     /// An empty arena for `owner` in `dir`, growing no spares.
     pub fn new(dir: &Path, owner: &Identity, limit: u64) -> Arena {
-        Arena { dir: dir.to_path_buf(), prefix: owner.segment_prefix(), limit, spares: 0, inner: Arc::default() }
+        Arena {
+            dir: dir.to_path_buf(),
+            prefix: owner.segment_prefix(),
+            limit,
+            spares: 0,
+            inner: Arc::default(),
+            #[cfg(test)]
+            test_ids: Mutex::default(),
+        }
+    }
+
+    /// A fresh buffer id: random, never 0 (which means "no buffer" on the wire).
+    fn draw(&self) -> Result<u64> {
+        #[cfg(test)]
+        if let Some(id) = self.test_ids.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+            return Ok(id);
+        }
+        loop {
+            let id = random_u64()?;
+            if id != 0 {
+                return Ok(id);
+            }
+        }
+    }
+
+    fn buffer_name(&self, buffer: u64) -> String {
+        format!("{}{buffer}", self.prefix)
+    }
+
+    /// Renames segment `from` to a fresh name that nothing holds (`name` of a fresh random
+    /// number), never replacing a file: returns the number and the name.
+    fn rename_fresh(&self, from: &str, name: impl Fn(u64) -> String) -> Result<(u64, String)> {
+        let mut last = None;
+        for _ in 0..NAME_ATTEMPTS {
+            let n = self.draw()?;
+            let to = name(n);
+            match rename_noreplace(&self.dir.join(from), &self.dir.join(&to)) {
+                Ok(()) => return Ok((n, to)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(io(format!("rename segment {from} to {to}"))(e)),
+            }
+        }
+        Err(taken(&self.dir, last))
+    }
+
+    /// Creates a buffer's segment of `cap` bytes under a fresh name: returns its id and segment.
+    fn create_buffer(&self, cap: u64) -> Result<(u64, Segment)> {
+        let mut last = None;
+        for _ in 0..NAME_ATTEMPTS {
+            let buffer = self.draw()?;
+            match create(&self.dir, &self.buffer_name(buffer), cap) {
+                Ok(seg) => return Ok((buffer, seg)),
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
+                    last = Some(source)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(taken(&self.dir, last))
     }
 
     /// Keeps up to `spares` idle segments of each size class from 1 MiB that was just allocated,
@@ -158,58 +228,62 @@ impl Arena {
         }
     }
 
-    /// Takes a buffer of `len` bytes from the pool or creates one. It stays private (consumers
-    /// cannot open it) until `publish`.
+    /// Takes a buffer of `len` bytes from the pool or creates one, under a fresh random id. It
+    /// stays private (consumers cannot open it) until `publish`.
     pub fn alloc(&self, len: u64) -> Result<Allocation> {
         let cap = size_class(len);
         let mut g = self.lock();
         Self::reclaim(&mut g);
-        g.next_buffer += 1;
-        let buffer = g.next_buffer;
-        let name = format!("{}{buffer}", self.prefix);
-        let seg = if let Some(i) = g.idle.iter().position(|s| s.capacity == cap) {
+        if let Some(i) = g.idle.iter().position(|s| s.capacity == cap) {
             let seg = g.idle.swap_remove(i);
             g.idle_bytes -= cap;
-            std::fs::rename(self.dir.join(&seg.name), self.dir.join(&name)).map_err(io("rename a pooled segment"))?;
-            Segment { name, ..seg }
-        } else {
-            loop {
-                while g.live_bytes + g.idle_bytes + g.pending_bytes + cap > self.limit && !g.idle.is_empty() {
-                    let seg = g.idle.swap_remove(0);
-                    g.idle_bytes -= seg.capacity;
-                    let _ = std::fs::remove_file(self.dir.join(&seg.name));
-                }
-                // Still short: let go of freed segments that views hold; their memory leaves the
-                // pool and lives exactly as long as those views.
-                while g.live_bytes + g.idle_bytes + g.held_bytes + g.pending_bytes + cap > self.limit
-                    && !g.held.is_empty()
-                {
-                    let seg = g.held.swap_remove(0);
-                    g.held_bytes -= seg.capacity;
-                    let _ = std::fs::remove_file(self.dir.join(&seg.name));
-                }
-                let in_use = g.live_bytes + g.pending_bytes;
-                if in_use + g.idle_bytes + g.held_bytes + cap <= self.limit {
-                    break;
-                }
-                if g.spare_pending.is_empty() {
-                    return Err(Error::PoolExhausted { requested: len, in_use, limit: self.limit });
-                }
-                // A spare in the making holds the room: once it lands it can be evicted.
-                g = self.inner.1.wait(g).unwrap_or_else(|e| e.into_inner());
+            match self.rename_fresh(&seg.name, |id| self.buffer_name(id)) {
+                Ok((buffer, name)) => return Ok(self.admit(&mut g, buffer, Segment { name, ..seg }, len)),
+                // The pooled segment cannot take a new name: let it go and make a fresh one.
+                Err(_) => drop(std::fs::remove_file(self.dir.join(&seg.name))),
             }
-            g.pending_bytes += cap;
-            drop(g);
-            let made = create(&self.dir, &name, cap);
-            g = self.lock();
-            g.pending_bytes -= cap;
-            made?
-        };
-        let map = seg.map.clone();
+        }
+        loop {
+            while g.live_bytes + g.idle_bytes + g.pending_bytes + cap > self.limit && !g.idle.is_empty() {
+                let seg = g.idle.swap_remove(0);
+                g.idle_bytes -= seg.capacity;
+                let _ = std::fs::remove_file(self.dir.join(&seg.name));
+            }
+            // Still short: let go of freed segments that views hold; their memory leaves the
+            // pool and lives exactly as long as those views.
+            while g.live_bytes + g.idle_bytes + g.held_bytes + g.pending_bytes + cap > self.limit && !g.held.is_empty()
+            {
+                let seg = g.held.swap_remove(0);
+                g.held_bytes -= seg.capacity;
+                let _ = std::fs::remove_file(self.dir.join(&seg.name));
+            }
+            let in_use = g.live_bytes + g.pending_bytes;
+            if in_use + g.idle_bytes + g.held_bytes + cap <= self.limit {
+                break;
+            }
+            if g.spare_pending.is_empty() {
+                return Err(Error::PoolExhausted { requested: len, in_use, limit: self.limit });
+            }
+            // A spare in the making holds the room: once it lands it can be evicted.
+            g = self.inner.1.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        g.pending_bytes += cap;
+        drop(g);
+        let made = self.create_buffer(cap);
+        g = self.lock();
+        g.pending_bytes -= cap;
+        let (buffer, seg) = made?;
+        Ok(self.admit(&mut g, buffer, seg, len))
+    }
+
+    /// Records `seg`, named after `buffer`, as a live buffer of `len` bytes. The exclusive
+    /// creation or rename of its name proved that no live buffer has the id.
+    fn admit(&self, g: &mut Inner, buffer: u64, seg: Segment, len: u64) -> Allocation {
+        let (map, segment, cap) = (seg.map.clone(), seg.name.clone(), seg.capacity);
         g.live_bytes += cap;
         g.live.insert(buffer, Live { seg, len, published: false });
-        self.grow_ahead(&mut g, cap);
-        Ok(Allocation { buffer, segment: format!("{}{buffer}", self.prefix), len, map })
+        self.grow_ahead(g, cap);
+        Allocation { buffer, segment, len, map }
     }
 
     /// Starts making spares of class `cap` when two or more buffers of it are live, fewer than
@@ -224,10 +298,10 @@ impl Arena {
             if g.live_bytes + g.idle_bytes + g.held_bytes + g.pending_bytes + cap > self.limit {
                 return;
             }
+            let Ok(n) = random_u64() else { return };
+            let name = idle_name(&self.prefix, n);
             g.pending_bytes += cap;
             *g.spare_pending.entry(cap).or_default() += 1;
-            g.next_idle += 1;
-            let name = format!("{}idle{}", self.prefix, g.next_idle);
             let (dir, inner) = (self.dir.clone(), self.inner.clone());
             let spawned = std::thread::Builder::new().name("accel-spare".into()).spawn(move || {
                 let made = create(&dir, &name, cap);
@@ -242,7 +316,9 @@ impl Arena {
                     Ok(_) => {
                         let _ = std::fs::remove_file(dir.join(&name));
                     }
-                    Err(_) => {} // A spare is only an optimization: the next alloc makes its own.
+                    // A spare is only an optimization (and its random name is taken only if
+                    // someone planted it): the next alloc makes its own.
+                    Err(_) => {}
                 }
                 landed.notify_all();
             });
@@ -296,12 +372,10 @@ impl Arena {
             let _ = std::fs::remove_file(self.dir.join(&seg.name));
             return Ok(());
         }
-        g.next_idle += 1;
-        let idle = format!("{}idle{}", self.prefix, g.next_idle);
-        if std::fs::rename(self.dir.join(&seg.name), self.dir.join(&idle)).is_err() {
+        let Ok((_, idle)) = self.rename_fresh(&seg.name, |n| idle_name(&self.prefix, n)) else {
             let _ = std::fs::remove_file(self.dir.join(&seg.name));
             return Ok(());
-        }
+        };
         g.held_bytes += seg.capacity;
         g.held.push(Segment { name: idle, ..seg });
         Self::reclaim(&mut g);
@@ -380,8 +454,74 @@ fn spare_landed(g: &mut Inner, cap: u64) {
     }
 }
 
+/// The first `len` bytes of a published buffer's mapping (from `Arena::lookup`), to read: the
+/// owner's digests of a relayed buffer are computed over them.
+pub(crate) fn published(map: &MmapRaw, len: u64) -> &[u8] {
+    let len = (len as usize).min(map.len());
+    // SAFETY: `map` is a live mapping of at least `len` bytes, borrowed for the slice's lifetime;
+    // a published buffer is only read (a racing writer could change bytes, never invalidate them).
+    unsafe { std::slice::from_raw_parts(map.as_ptr(), len) }
+}
+
+/// The name of a pooled segment: `<prefix>idle-<random>`.
+fn idle_name(prefix: &str, n: u64) -> String {
+    format!("{prefix}idle-{n:016x}")
+}
+
+/// A random u64 from the operating system's CSPRNG.
+fn random_u64() -> Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| Error::Io {
+        context: "draw a random segment id".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// The error after every fresh name tried was already there.
+fn taken(dir: &Path, last: Option<std::io::Error>) -> Error {
+    Error::Io {
+        context: format!(
+            "{NAME_ATTEMPTS} fresh random segment names in {} were all taken (is someone planting them?)",
+            dir.display()
+        ),
+        source: last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AlreadyExists)),
+    }
+}
+
+/// Renames `from` to `to` unless `to` exists (`AlreadyExists` then), atomically where the file
+/// system supports `RENAME_NOREPLACE` (tmpfs, ext4, xfs, btrfs), else checked just before.
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let cstr = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    // SAFETY: both are NUL-terminated paths that live across the call; renameat2 only reads them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+        return Err(e);
+    }
+    if to.symlink_metadata().is_ok() {
+        return Err(std::io::ErrorKind::AlreadyExists.into());
+    }
+    std::fs::rename(from, to)
+}
+
 /// Creates the segment file `name` of `cap` bytes in `dir`, reserved and faulted in, holding
-/// `LOCK_EX` (it is private until published).
+/// `LOCK_EX` (it is private until published). The name is taken exclusively (`O_EXCL`, which
+/// follows no link), mode 0600; a name already there is `AlreadyExists` and left alone.
 fn create(dir: &Path, name: &str, cap: u64) -> Result<Segment> {
     let path = dir.join(name);
     let file = OpenOptions::new()
@@ -551,17 +691,27 @@ impl Mapping {
             return Err(Error::Protocol(format!("bad segment name {name:?}")));
         }
         let path = dir.join(name);
-        let file = match File::open(&path) {
+        let untrusted = |reason: String| Error::Untrusted { path: path.display().to_string(), reason };
+        // No link is followed, and a FIFO planted under the name cannot block the open.
+        let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(untrusted("it is a symbolic link".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(untrusted("this user may not read it".into()))
+            }
             Err(e) => return Err(io(format!("open {}", path.display()))(e)),
         };
+        // What was opened, not what the name says now: an owner's segment is a regular file of
+        // this user (same-host consumers run as their owner's user) that nobody else may open.
+        let by_fd = file.metadata().map_err(io(format!("stat {}", path.display())))?;
+        trusted(&by_fd).map_err(untrusted)?;
         // The owner holds LOCK_EX on buffers it has not published or has freed into the pool.
         if !flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
             return Ok(None);
         }
         // Under our shared lock the name can no longer move; check it still names our file.
-        let (Ok(by_name), Ok(by_fd)) = (std::fs::metadata(&path), file.metadata()) else { return Ok(None) };
+        let Ok(by_name) = std::fs::symlink_metadata(&path) else { return Ok(None) };
         if by_name.ino() != by_fd.ino() || by_name.dev() != by_fd.dev() {
             return Ok(None);
         }
@@ -623,6 +773,23 @@ impl Mapping {
     }
 }
 
+/// Whether an opened segment file can be an owner's: a regular file of this process's effective
+/// user with no permission bits for group or others. `Err` says why not.
+fn trusted(meta: &std::fs::Metadata) -> std::result::Result<(), String> {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("it belongs to uid {}, not to this user (uid {me})", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!("its mode {:o} lets other users in (an owner's segments are 0600)", meta.mode() & 0o777));
+    }
+    Ok(())
+}
+
 /// Removes segments in `dir` whose owner process has exited. Returns how many it removed.
 /// Only owners of this pid namespace are judged: a pid of another namespace means another
 /// process here, so their segments (and names of any other shape) are left alone.
@@ -660,5 +827,53 @@ mod tests {
             let c = size_class(len);
             assert!(c >= len && c - len <= len / 8 + PAGE, "{len} -> {c}");
         }
+    }
+
+    /// A name someone planted (here: the ids and pooled names the arena is made to draw) makes
+    /// the owner draw another, for a new segment, a pooled one and a recycled one; the planted
+    /// files are never touched, and when every name it tries is taken it fails cleanly.
+    #[test]
+    fn a_planted_name_makes_the_owner_draw_another() {
+        let dir = std::env::temp_dir().join(format!("accel-shm-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let arena = Arena::new(&dir, &Identity::current().unwrap(), 1 << 30);
+        let plant = |name: String| {
+            let p = dir.join(name);
+            std::fs::write(&p, b"planted").unwrap();
+            p
+        };
+        let queue = |ids: &[u64]| arena.test_ids.lock().unwrap().extend(ids);
+        let mut planted = vec![plant(arena.buffer_name(11))];
+        queue(&[11, 12]);
+        let a = arena.alloc(4096).unwrap();
+        assert_eq!((a.buffer, a.segment.as_str()), (12, arena.buffer_name(12).as_str()));
+        // Freed into the pool under a drawn idle name: the first is taken.
+        planted.push(plant(idle_name(&arena.prefix, 21)));
+        queue(&[21, 22]);
+        arena.publish(12).unwrap();
+        drop(a);
+        arena.free(12).unwrap();
+        assert_eq!(arena.stats().idle_bytes, 4096);
+        assert!(dir.join(idle_name(&arena.prefix, 22)).exists());
+        // Taken from the pool under a drawn buffer id: the first is taken.
+        planted.push(plant(arena.buffer_name(31)));
+        queue(&[31, 32]);
+        let b = arena.alloc(4096).unwrap();
+        assert_eq!((b.buffer, arena.stats().idle_bytes), (32, 0));
+        // Every name tried is taken: an error, and the pool's books stay right.
+        planted.push(plant(arena.buffer_name(41)));
+        queue(&[41; NAME_ATTEMPTS]);
+        match arena.alloc(8192) {
+            Err(Error::Io { context, .. }) => assert!(context.contains("planting"), "{context}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((arena.stats().live_buffers, arena.stats().live_bytes), (1, 4096));
+        for p in &planted {
+            assert_eq!(std::fs::read(p).unwrap(), b"planted");
+        }
+        drop(b);
+        drop(arena);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

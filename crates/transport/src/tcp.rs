@@ -8,9 +8,14 @@
 //! keeps them from recycling until the consumer confirms it received them (`Received`).
 //! A `Get` may name a range: a striped fetch is one ranged `Get` per connection, each one an
 //! authenticated `Conn` (encrypted beyond loopback) confirmed with its own `Received`.
+//! Unauthenticated connections are bounded apart from authenticated ones: a connection gets one
+//! deadline for its whole handshake (`handshake_timeout`), at most `max_handshakes` are in their
+//! handshake at once (a new one drops the oldest), and only a connection that has proved the
+//! secret takes one of the `max_connections` places. Sockets that trickle a byte now and then,
+//! without the secret, can therefore never keep an authenticated consumer out.
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -29,9 +34,10 @@ use crate::relay::Fill;
 use crate::secure::Side;
 use crate::shm::Arena;
 
-/// How long a server waits for a handshake, and for the next request on an idle connection.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a server waits for the next request on an idle connection.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Dials a client makes for one connection whose handshake the server keeps cutting.
+const HANDSHAKE_TRIES: usize = 3;
 /// Payloads up to this size go out in one write with their header and trailer.
 const SMALL: usize = 64 << 10;
 
@@ -52,8 +58,106 @@ struct Shared {
     sendfile: bool,
     drain_timeout: Duration,
     encrypt_loopback: bool,
+    /// Authenticated connections being served.
     connections: AtomicUsize,
     max_connections: usize,
+    handshake_timeout: Duration,
+    /// Connections still in their handshake, oldest first.
+    handshakes: Mutex<Handshakes>,
+    max_handshakes: usize,
+}
+
+/// The connections a server holds in their handshake: a ticket number and a handle to the socket
+/// (a clone of it, closed in forked children like the socket itself), so the accept loop can
+/// drop the oldest when a new one needs the place.
+#[derive(Default)]
+struct Handshakes {
+    next: u64,
+    /// The guard drops before the handle it covers (tuple fields drop in order).
+    open: VecDeque<(u64, crate::forkguard::Guard, TcpStream)>,
+}
+
+impl Shared {
+    fn handshakes(&self) -> std::sync::MutexGuard<'_, Handshakes> {
+        self.handshakes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a connection that starts its handshake, dropping the oldest one still in its
+    /// handshake if every place is taken (shut down, so its thread ends at once). Returns its
+    /// ticket, or `None` if the socket cannot be registered (the caller closes it unserved).
+    fn admit(&self, stream: &TcpStream) -> Option<u64> {
+        let handle = stream.try_clone().ok()?;
+        let guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&handle));
+        let mut g = self.handshakes();
+        while g.open.len() >= self.max_handshakes {
+            let Some((_, _, oldest)) = g.open.pop_front() else { break };
+            let _ = oldest.shutdown(std::net::Shutdown::Both);
+        }
+        g.next += 1;
+        let ticket = g.next;
+        g.open.push_back((ticket, guard, handle));
+        Some(ticket)
+    }
+
+    /// The connection with `ticket` has left its handshake (done, failed or dropped).
+    fn leave(&self, ticket: u64) {
+        let mut g = self.handshakes();
+        if let Some(i) = g.open.iter().position(|(t, ..)| *t == ticket) {
+            g.open.remove(i);
+        }
+    }
+
+    /// Takes one of the authenticated connections' places, released when the guard drops.
+    fn take_place(&self) -> Option<Place<'_>> {
+        if self.connections.fetch_add(1, Ordering::AcqRel) >= self.max_connections {
+            self.connections.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Place(&self.connections))
+    }
+}
+
+/// One authenticated connection's place (`max_connections`), given back on drop.
+struct Place<'a>(&'a AtomicUsize);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A socket whose reads and writes share one deadline: each call waits at most for what is left
+/// of it, so a peer that sends a byte now and then cannot stretch a handshake out.
+struct Deadline<'a> {
+    s: &'a TcpStream,
+    until: Instant,
+}
+
+impl Deadline<'_> {
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(ErrorKind::TimedOut, "the handshake deadline passed"));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.s.set_read_timeout(Some(self.left()?))?;
+        (&mut &*self.s).read(buf)
+    }
+}
+
+impl Write for Deadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.s.set_write_timeout(Some(self.left()?))?;
+        (&mut &*self.s).write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Server {
@@ -82,6 +186,9 @@ impl Server {
             encrypt_loopback: cfg.encrypt_loopback,
             connections: AtomicUsize::new(0),
             max_connections: cfg.max_connections,
+            handshake_timeout: cfg.handshake_timeout,
+            handshakes: Mutex::default(),
+            max_handshakes: cfg.max_handshakes,
         });
         let stopping = stop.clone();
         // A forked child closes its copy of the listener, so consumers of a dead owner are
@@ -96,33 +203,28 @@ impl Server {
                     if stopping.load(Ordering::Relaxed) {
                         break;
                     }
-                    let Ok(mut stream) = stream else { continue };
-                    if shared.connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
-                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                    let Ok(stream) = stream else { continue };
+                    // Every connection starts unauthenticated: it takes a handshake place (the
+                    // oldest such connection makes room), never an authenticated one.
+                    let Some(ticket) = shared.admit(&stream) else {
                         shared.metrics.serve_error(Path::Tcp);
-                        let _ = frame::write(
-                            &mut stream,
-                            Kind::Err,
-                            &frame::error_payload(code::BUSY, "too many connections"),
-                        );
                         continue;
-                    }
+                    };
                     let conn = shared.clone();
                     let fork_guard = crate::forkguard::register(std::os::fd::AsRawFd::as_raw_fd(&stream));
                     let spawned = std::thread::Builder::new().name("accel-transport-conn".into()).spawn(move || {
                         let _fork = fork_guard;
                         // A connection that ends other than by the peer closing it between
-                        // requests (a failed handshake, a malformed request, a peer that hung up
-                        // mid-stream) is one serve error.
-                        if serve(stream, &conn).is_err() {
+                        // requests (a failed or dropped handshake, a malformed request, a peer
+                        // that hung up mid-stream) is one serve error.
+                        if serve(stream, &conn, ticket).is_err() {
                             conn.metrics.serve_error(Path::Tcp);
                         }
-                        conn.connections.fetch_sub(1, Ordering::AcqRel);
                     });
                     if spawned.is_err() {
-                        // The closure (and its count) was dropped with the failed spawn; the
-                        // connection closes unserved.
-                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                        // The closure was dropped with the failed spawn; the connection closes
+                        // unserved.
+                        shared.leave(ticket);
                         shared.metrics.serve_error(Path::Tcp);
                     }
                 }
@@ -146,18 +248,24 @@ impl Drop for Server {
 }
 
 /// Serves one connection until the peer closes it between requests (`Ok`) or something fails
-/// (`Err`). Counts each buffer it sends, and each `Get` it refuses, in `sh.metrics`.
-fn serve(mut tcp: TcpStream, sh: &Shared) -> Result<()> {
-    tcp.set_nodelay(true).map_err(io("nodelay"))?;
-    tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io("timeout"))?;
-    tcp.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
-    let nonces = server_handshake(&mut tcp, &sh.secret, &sh.owner)?;
+/// (`Err`). Counts each buffer it sends, and each `Get` it refuses, in `sh.metrics`. The
+/// connection holds handshake place `ticket` until its handshake ends, then (authenticated) one
+/// of the `max_connections` places, or is refused with `BUSY` if none is free.
+fn serve(tcp: TcpStream, sh: &Shared, ticket: u64) -> Result<()> {
+    let shaken = handshake(&tcp, sh);
+    sh.leave(ticket);
+    let nonces = shaken?;
     tcp.set_read_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
+    tcp.set_write_timeout(Some(IDLE_TIMEOUT)).map_err(io("timeout"))?;
     // Beyond loopback every later byte is encrypted. Both ends decide from the same address:
     // the one the client dialled is the one the server accepted on.
     let local = tcp.local_addr().map_err(io("local address"))?;
     let encrypt = sh.encrypt_loopback || !local.ip().is_loopback();
     let s = &mut Conn::new(tcp, encrypt, &sh.secret, &nonces, Side::Server);
+    let Some(_place) = sh.take_place() else {
+        let _ = frame::write(s, Kind::Err, &frame::error_payload(code::BUSY, "too many connections"));
+        return Err(Error::Protocol("too many authenticated connections".into()));
+    };
     while let Some((kind, payload)) = next_request(s)? {
         match kind {
             Kind::Received => {} // a confirmation the owner did not wait for (no pages spliced)
@@ -188,6 +296,13 @@ fn serve(mut tcp: TcpStream, sh: &Shared) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The server's side of the handshake, all of it within `handshake_timeout` of now.
+fn handshake(tcp: &TcpStream, sh: &Shared) -> Result<crate::secure::Nonces> {
+    tcp.set_nodelay(true).map_err(io("nodelay"))?;
+    let mut s = Deadline { s: tcp, until: Instant::now() + sh.handshake_timeout };
+    server_handshake(&mut s, &sh.secret, &sh.owner)
 }
 
 /// Reads the next request frame; `None` when the peer closed the connection (or left it idle
@@ -380,6 +495,10 @@ impl Client {
         }
     }
 
+    /// Dials `owner` at `endpoint` and authenticates. A handshake the server cuts is tried again
+    /// (`HANDSHAKE_TRIES` in all): under a flood of unauthenticated connections the server drops
+    /// the oldest one still in its handshake, which may be ours. A server that is gone refuses
+    /// the next dial, which is `OwnerGone`.
     fn connect(&self, endpoint: &str, owner: &str) -> Result<Conn> {
         let gone = || Error::OwnerGone { owner: format!("{owner} at {endpoint}") };
         let addr = endpoint
@@ -387,23 +506,29 @@ impl Client {
             .map_err(io(format!("resolve {endpoint}")))?
             .next()
             .ok_or_else(|| Error::Protocol(format!("{endpoint} resolves to nothing")))?;
-        let mut s = match TcpStream::connect_timeout(&addr, self.connect_timeout) {
-            Ok(s) => s,
-            Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::TimedOut) => return Err(gone()),
-            Err(e) => return Err(io(format!("connect to {endpoint}"))(e)),
-        };
-        s.set_nodelay(true).map_err(io("nodelay"))?;
-        s.set_read_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
-        s.set_write_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
-        let (found, nonces) = client_handshake(&mut s, &self.secret).map_err(|e| match e {
-            Error::Io { source, .. } if is_disconnect(&source) => gone(),
-            e => e,
-        })?;
-        if found != owner {
-            return Err(Error::Stale { expected: owner.into(), found, endpoint: endpoint.into() });
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut s = match TcpStream::connect_timeout(&addr, self.connect_timeout) {
+                Ok(s) => s,
+                Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::TimedOut) => return Err(gone()),
+                Err(e) => return Err(io(format!("connect to {endpoint}"))(e)),
+            };
+            s.set_nodelay(true).map_err(io("nodelay"))?;
+            s.set_read_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
+            s.set_write_timeout(Some(self.io_timeout)).map_err(io("timeout"))?;
+            let (found, nonces) = match client_handshake(&mut s, &self.secret) {
+                Ok(done) => done,
+                Err(Error::Io { source, .. }) if is_disconnect(&source) && tries < HANDSHAKE_TRIES => continue,
+                Err(Error::Io { source, .. }) if is_disconnect(&source) => return Err(gone()),
+                Err(e) => return Err(e),
+            };
+            if found != owner {
+                return Err(Error::Stale { expected: owner.into(), found, endpoint: endpoint.into() });
+            }
+            let encrypt = self.encrypt_loopback || !addr.ip().is_loopback();
+            return Ok(Conn::new(s, encrypt, &self.secret, &nonces, Side::Client));
         }
-        let encrypt = self.encrypt_loopback || !addr.ip().is_loopback();
-        Ok(Conn::new(s, encrypt, &self.secret, &nonces, Side::Client))
     }
 
     /// Runs `f` on an authenticated connection to `owner` at `endpoint`. A cached connection
@@ -438,7 +563,7 @@ impl Client {
 
     /// Streams published buffer `buffer` of `owner` into `dst` (exactly its length).
     pub fn fetch(&self, endpoint: &str, owner: &str, buffer: u64, dst: &mut [u8]) -> Result<()> {
-        self.fetch_range(endpoint, owner, buffer, dst.len() as u64, None, dst, &|_, _| {})
+        self.fetch_range(endpoint, owner, buffer, dst.len() as u64, None, dst, &|_, _| Ok(()))
     }
 
     /// Like `fetch`, over `streams` connections at once, each streaming one contiguous part of
@@ -453,11 +578,11 @@ impl Client {
         dst: &mut [u8],
         streams: usize,
     ) -> Result<()> {
-        self.fetch_striped_with(endpoint, owner, buffer, dst, streams, &|_, _| {})
+        self.fetch_striped_with(endpoint, owner, buffer, dst, streams, &|_, _| Ok(()))
     }
 
     /// Like `fetch_striped`, calling `landed(offset, len)` as each piece of `dst` arrives (a
-    /// relay forwards it from there).
+    /// relay checks it and forwards it from there); an `Err` from it ends the fetch with it.
     pub fn fetch_striped_with(
         &self,
         endpoint: &str,
@@ -465,7 +590,7 @@ impl Client {
         buffer: u64,
         dst: &mut [u8],
         streams: usize,
-        landed: &(dyn Fn(u64, u64) + Sync),
+        landed: &(dyn Fn(u64, u64) -> Result<()> + Sync),
     ) -> Result<()> {
         const PIECE: usize = 4 << 20;
         let total = dst.len();
@@ -505,7 +630,7 @@ impl Client {
         total: u64,
         at: Option<u64>,
         dst: &mut [u8],
-        landed: &(dyn Fn(u64, u64) + Sync),
+        landed: &(dyn Fn(u64, u64) -> Result<()> + Sync),
     ) -> Result<()> {
         self.with_conn(endpoint, owner, |s| {
             let mut req = buffer.to_le_bytes().to_vec();
@@ -580,15 +705,16 @@ impl Client {
 /// receives passes through here. Data lands in `dst`, which the reference sized before any frame
 /// arrived: a declared length is checked against the room left there before a byte is read (so
 /// owners with another chunk size interoperate). After the `End` it tells the owner every byte
-/// is here (`Received`): only then may the owner recycle pages it spliced into the socket.
-fn receive(s: &mut Conn, dst: &mut [u8], base: u64, landed: &(dyn Fn(u64, u64) + Sync)) -> Result<()> {
+/// is here (`Received`): only then may the owner recycle pages it spliced into the socket. An
+/// `Err` from `landed` (a relayed piece that fails its digest) ends the stream with it.
+fn receive(s: &mut Conn, dst: &mut [u8], base: u64, landed: &(dyn Fn(u64, u64) -> Result<()> + Sync)) -> Result<()> {
     let mut at = 0usize;
     loop {
         let (kind, len) = frame::read_header(s, u32::MAX)?;
         match kind {
             Kind::Data if len as usize <= dst.len() - at => {
                 s.read_exact(&mut dst[at..at + len as usize]).map_err(io("receive"))?;
-                landed(base + at as u64, u64::from(len));
+                landed(base + at as u64, u64::from(len))?;
                 at += len as usize;
             }
             Kind::Data => return Err(Error::FrameTooLarge { len: len.into(), max: (dst.len() - at) as u64 }),

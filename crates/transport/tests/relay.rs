@@ -102,7 +102,7 @@ fn a_relay_that_is_gone_or_stalls_sends_its_reader_to_the_owner() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let gone = Peer { owner: "1-1-gone".into(), endpoint: dead.local_addr().unwrap().to_string(), buffer: 1 };
     drop(dead);
-    assert_eq!(join_as(&reader, &d, &gone), Assignment { upstream: None, serve: 1 });
+    assert_eq!(join_as(&reader, &d, &gone), Assignment { upstream: None, serve: 1, digests: None });
     let r = reader.fetch_relayed(&d).unwrap();
     assert_eq!(r.upstream.as_ref(), Some(&gone));
     assert!(r.fell_back);
@@ -141,4 +141,33 @@ fn a_relay_that_is_gone_or_stalls_sends_its_reader_to_the_owner() {
     assert_eq!(reader.pool().live_buffers, 0);
     drop((r, r2));
     cleanup(&[&owner, &reader, &stalled], &["fb-o", "fb-r", "fb-stall"]);
+}
+
+/// Anyone holding the cluster secret can join a broadcast's schedule and be named as the relay
+/// of the next reader; before the fix that reader returned whatever the relay sent. Now the
+/// owner sends each reader of a relay the digests of its buffer, and a relayed piece that does not
+/// match sends the reader to the owner: its copy is the owner's bytes, whatever the relay sent
+/// (every byte forged, or one byte of one stripe of a striped stream).
+#[test]
+fn a_relay_that_injects_bytes_never_reaches_its_reader() {
+    let owner = Transport::start(config("inj-o")).unwrap();
+    let reader = Transport::start(config("inj-r")).unwrap();
+    let evil = Transport::start(config("inj-e")).unwrap();
+    let data = pattern(40 << 20); // two stripes of 20 MiB
+    let mut one_byte = data.clone();
+    one_byte[30 << 20] ^= 0xFF;
+    for (what, forged) in [("every byte", vec![0xEEu8; data.len()]), ("one byte", one_byte)] {
+        let d = publish_leased(&owner, &data, 2);
+        // The relay's "copy": a buffer of the attacker's own, published like a relay's.
+        let fake = support::publish(&evil, &forged);
+        let peer = Peer { owner: evil.owner().into(), endpoint: evil.endpoint().into(), buffer: fake.buffer };
+        join_as(&reader, &d, &peer);
+        let r = reader.fetch_relayed(&d).unwrap();
+        assert_eq!(r.upstream.as_ref(), Some(&peer), "{what}: the reader was sent to the attacker");
+        assert!(bytes(&r, d.len) == data, "{what}: the reader returned bytes the relay injected");
+        assert!(r.fell_back, "{what}: the forged stream was taken");
+        reader.release(&d).unwrap();
+        evil.free(&fake).unwrap();
+    }
+    cleanup(&[&owner, &reader, &evil], &["inj-o", "inj-r", "inj-e"]);
 }
