@@ -16,6 +16,21 @@ the RSS after warm-up (5 s), CPU seconds per 1000 requests for both, and their r
 
     cargo build --release -p accel-cli && cargo build --release -p accel-agent --examples
     python3 scripts/bench_agent.py [--rate 1000] [--seconds 60]
+
+Attack mode (issue 17's audit, as a measurement, not a test): the release agent serving the
+dgx-h100 sample on 127.0.0.1, under an open-file limit of --agent-nofile (1024, the common
+default), while a separate attacker process keeps IDLE sockets open that never send a byte and
+SLOW sockets that send one header byte every --slow-every seconds, reopening any socket the
+agent closes (so the attack is sustained, not a one-off burst). Meanwhile REQUESTS fresh-
+connection GETs of /v1/health are timed (connect to last byte; an unanswered one counts as
+failed after 5 s). Reported as JSON on stdout: latency p50/p99/max, failures, the agent's VmRSS
+(peak of 10 Hz samples) and VmHWM, how many sockets the agent closed and the attacker reopened,
+the kernel's listen-queue overflows meanwhile (a dropped SYN costs its client a 1 s
+retransmission), and the time from SIGTERM (sent with every attack socket still open) to exit.
+Goals: p99 < 100 ms, RSS < 64 MiB, SIGTERM < 2 s.
+
+    cargo build --release -p accel-cli
+    python3 scripts/bench_agent.py --attack [--idle 600] [--slow 300] [--requests 200]
 """
 
 from __future__ import annotations
@@ -23,8 +38,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import multiprocessing
 import os
 import pathlib
+import resource
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -126,12 +145,246 @@ def run_load(name: str, proc: subprocess.Popen[bytes], url: str, rate: int, seco
     return res
 
 
+# --- attack mode -----------------------------------------------------------------------------
+
+SLOW_HEAD = b"GET /v1/node HTTP/1.1\r\nHost: localhost\r\nX-Slow: "
+
+
+def open_socket(port: int, slow: bool) -> socket.socket | None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(2.0)
+    try:
+        s.connect(("127.0.0.1", port))
+        if slow:
+            s.sendall(SLOW_HEAD)
+    except OSError:
+        s.close()
+        return None
+    s.setblocking(False)
+    return s
+
+
+def attacker(port: int, idle: int, slow: int, slow_every: float, seconds: float, ready: Any, report: Any, stop: Any, out: Any) -> None:
+    """Keeps `idle` silent and `slow` trickling sockets open for at most `seconds`, reopening
+    what the agent closes; on `report`, sends its counts to `out` and holds its sockets open
+    until `stop`."""
+    socks: list[tuple[socket.socket | None, bool]] = [(open_socket(port, False), False) for _ in range(idle)]
+    socks += [(open_socket(port, True), True) for _ in range(slow)]
+    ready.set()
+    reopened = failed_opens = 0
+    next_byte = time.monotonic() + slow_every
+    end = time.monotonic() + seconds
+    while not report.is_set() and time.monotonic() < end:
+        # poll, not select: descriptors beyond 1024 are the point.
+        poller = select.poll()
+        by_fd = {}
+        for s, _ in socks:
+            if s is not None:
+                poller.register(s, select.POLLIN)
+                by_fd[s.fileno()] = s
+        readable = [by_fd[fd] for fd, _ in poller.poll(200)]
+        gone = set()
+        for s in readable:
+            try:
+                if not s.recv(65536):
+                    gone.add(s)
+            except OSError:
+                gone.add(s)
+        trickle = time.monotonic() >= next_byte
+        if trickle:
+            next_byte = time.monotonic() + slow_every
+        for i, (s, is_slow) in enumerate(socks):
+            if s is not None and is_slow and trickle and s not in gone:
+                try:
+                    s.send(b"a")
+                except OSError:
+                    gone.add(s)
+            if s is None or s in gone:
+                if s is not None:
+                    s.close()
+                n = open_socket(port, is_slow)
+                reopened += 1
+                failed_opens += n is None
+                socks[i] = (n, is_slow)
+    open_now = sum(1 for s, _ in socks if s is not None)
+    out.send({"reopened": reopened, "failed_opens": failed_opens, "open_at_stop": open_now})
+    # Hold every socket until the parent has timed SIGTERM (it waits at most 30 s), then close.
+    stop.wait(90)
+    for s, _ in socks:
+        if s is not None:
+            s.close()
+
+
+def timed_get(port: int, path: str, timeout: float = 5.0) -> tuple[float, int]:
+    """(seconds, status) of one fresh-connection GET; status 0 when unanswered in `timeout`."""
+    t = time.perf_counter()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else 0
+    except (OSError, ValueError, IndexError):
+        status = 0
+    return time.perf_counter() - t, status
+
+
+def status_kib(pid: int) -> dict[str, int]:
+    with open(f"/proc/{pid}/status") as f:
+        return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmRSS", "VmHWM", "Threads")}
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because a listen queue was full (all sockets)."""
+    with open("/proc/net/netstat") as f:
+        lines = f.read().splitlines()
+    for names, values in zip(lines, lines[1:]):
+        if names.startswith("TcpExt:") and values.startswith("TcpExt:"):
+            return int(dict(zip(names.split(), values.split())).get("ListenOverflows", 0))
+    return 0
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    """The q-quantile of xs, in ms rounded to 0.01; None when xs is empty (JSON has no NaN)."""
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 2) if xs else None
+
+
+def attack(args: argparse.Namespace) -> int:
+    accel = pathlib.Path(args.accel) if args.accel else REL / "accel"
+    if not accel.exists():
+        sys.exit(f"{accel} missing: cargo build --release -p accel-cli")
+    # The attacker's sockets, the requests, and slack: our own limit, not the agent's.
+    need = args.idle + args.slow + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    port = free_port()
+    cmd = [str(accel), "agent", "--sample", args.sample, "--listen", f"127.0.0.1:{port}"]
+
+    def agent_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (args.agent_nofile, max(args.agent_nofile, hard)))
+
+    agent = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, preexec_fn=agent_limit)
+    try:
+        wait(f"http://127.0.0.1:{port}/v1/health")
+        time.sleep(0.5)
+        baseline = [timed_get(port, "/v1/health") for _ in range(args.requests)]
+        rss_start = status_kib(agent.pid)
+        ready, report, stop = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Event()
+        recv, send = multiprocessing.Pipe(duplex=False)
+        proc = multiprocessing.Process(
+            target=attacker, args=(port, args.idle, args.slow, args.slow_every, args.seconds + 60, ready, report, stop, send)
+        )
+        proc.start()
+        ready.wait(60)
+        overflows0 = listen_overflows()
+        peak = {"VmRSS": 0, "Threads": 0}
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.is_set():
+                st = status_kib(agent.pid)
+                peak["VmRSS"] = max(peak["VmRSS"], st["VmRSS"])
+                peak["Threads"] = max(peak["Threads"], st["Threads"])
+                time.sleep(0.1)
+
+        th = threading.Thread(target=sample)
+        th.start()
+        # Spread the requests over the attack, so they meet the slow sockets' whole lifetime.
+        lat: list[float] = []
+        failed = 0
+        t0 = time.monotonic()
+        gap = args.seconds / args.requests
+        for i in range(args.requests):
+            pause = t0 + i * gap - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            dt, status = timed_get(port, "/v1/health")
+            if status == 200:
+                lat.append(dt)
+            else:
+                failed += 1
+        attack_s = time.monotonic() - t0
+        overflows = listen_overflows() - overflows0
+        report.set()
+        counts = recv.recv() if recv.poll(30) else {}
+        sampling.set()
+        th.join()
+        end = status_kib(agent.pid)
+        # SIGTERM with every attack socket still open.
+        t = time.perf_counter()
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(timeout=30)
+            sigterm_s: float | None = time.perf_counter() - t
+        except subprocess.TimeoutExpired:
+            sigterm_s = None
+        stop.set()
+        proc.join(95)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    ms = [x * 1e3 for x in lat]
+    base_ms = [x * 1e3 for x, st in baseline if st == 200]
+    result = {
+        "command": " ".join(["python3", "scripts/bench_agent.py", *sys.argv[1:]]),
+        "agent": " ".join(cmd[:1] + ["agent", "--sample", args.sample, "--listen", "127.0.0.1:PORT"]),
+        "agent_nofile": args.agent_nofile,
+        "idle_sockets": args.idle,
+        "slow_sockets": args.slow,
+        "slow_byte_every_s": args.slow_every,
+        "attack_s": round(attack_s, 1),
+        "requests": args.requests,
+        "failed": failed,
+        "health_p50_ms": pct(ms, 0.50),
+        "health_p99_ms": pct(ms, 0.99),
+        "health_max_ms": round(max(ms), 2) if ms else None,
+        "no_attack_p50_ms": pct(base_ms, 0.50),
+        "no_attack_p99_ms": pct(base_ms, 0.99),
+        "rss_start_mib": round(rss_start["VmRSS"] / 1024, 1),
+        "rss_peak_mib": round(peak["VmRSS"] / 1024, 1),
+        "rss_end_mib": round(end["VmRSS"] / 1024, 1),
+        "vm_hwm_mib": round(end["VmHWM"] / 1024, 1),
+        "threads_peak": peak["Threads"],
+        "listen_queue_overflows": overflows,
+        "attacker": counts,
+        "sigterm_to_exit_s": round(sigterm_s, 3) if sigterm_s is not None else None,
+        "loadavg": os.getloadavg(),
+    }
+    result["goals_met"] = {
+        "p99_under_100ms": failed == 0 and bool(ms) and pct(ms, 0.99) < 100,
+        "rss_under_64mib": result["vm_hwm_mib"] < 64,
+        "sigterm_under_2s": sigterm_s is not None and sigterm_s < 2,
+    }
+    print(json.dumps(result, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=int, default=1000)
-    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--seconds", type=int, default=None, help="load seconds (60), or attack seconds (20)")
     ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--attack", action="store_true", help="idle and slow-header sockets, then SIGTERM (see above)")
+    ap.add_argument("--idle", type=int, default=600)
+    ap.add_argument("--slow", type=int, default=300)
+    ap.add_argument("--slow-every", type=float, default=2.0, help="seconds between a slow socket's header bytes")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--sample", default="dgx-h100")
+    ap.add_argument("--agent-nofile", type=int, default=1024)
+    ap.add_argument("--accel", help="the accel binary (default target/release/accel)")
     args = ap.parse_args()
+    if args.attack:
+        args.seconds = args.seconds or 20
+        return attack(args)
+    args.seconds = args.seconds or 60
     accel = REL / "accel"
     for p in (accel, REL / "examples" / "static_server", REL / "examples" / "bench_load"):
         if not p.exists():

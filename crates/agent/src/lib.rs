@@ -5,10 +5,13 @@
 //! Readers ([`readers`]) turn each vendor interface (NVML, amdgpu sysfs, habanalabs sysfs,
 //! external plugins' `metrics` verb) into one vendor-neutral [`readings::Readings`]; a
 //! background task samples them every interval and [`metrics`] renders the exposition once
-//! per sample, so a scrape only copies the latest text.
+//! per sample, so a scrape only copies the latest text. [`listener`] bounds what clients can
+//! hold (timeouts, a connection cap, a shutdown that does not wait on them).
 
 pub mod assets;
 pub mod auth;
+pub mod files;
+pub mod listener;
 pub mod metrics;
 pub mod readers;
 pub mod readings;
@@ -22,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use auth::AuthError;
+pub use listener::Limits;
 use readers::Readers;
 pub use server::State;
 
@@ -38,6 +42,10 @@ pub struct Config {
     pub cluster_file: Option<PathBuf>,
     pub transport_dir: Option<PathBuf>,
     pub interval: Duration,
+    /// Host names and addresses served besides localhost, loopback and the listen address
+    /// (`--allow-host`); see [`auth::HostPolicy`].
+    pub allow_hosts: Vec<String>,
+    pub limits: Limits,
 }
 
 /// Why the agent stopped.
@@ -49,25 +57,37 @@ pub enum Error {
     Bind(SocketAddr, std::io::Error),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
-    #[error("server: {0}")]
-    Serve(std::io::Error),
 }
 
-/// Serves until SIGINT or SIGTERM. Checks the listener against the token before binding.
-/// `ready` is called with the bound address (port 0 picks one).
+/// Blocking threads: the sampler and the file reads of requests (transport files, the cluster
+/// document). More requests queue rather than start threads.
+const BLOCKING_THREADS: usize = 4;
+
+/// How long the runtime waits for a blocking task at exit (a plugin past its deadline, a slow
+/// disk) before the process leaves it behind.
+const EXIT_WAIT: Duration = Duration::from_millis(250);
+
+/// Serves until SIGINT or SIGTERM. Checks the listener against the token and the allowed hosts
+/// before binding. `ready` is called with the bound address (port 0 picks one).
 pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), Error> {
     auth::check_listener(config.listen, config.token.as_deref())?;
+    let hosts = auth::HostPolicy::new(config.listen, &config.allow_hosts)?;
     // One worker thread: serving a cached text is cheap, and the machine may have 2 cores;
     // readers run on the blocking pool.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| Error::Bind(config.listen, e))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .build()
+        .map_err(Error::Runtime)?;
+    let result = rt.block_on(async move {
+        let listener = bind(config.listen).map_err(|e| Error::Bind(config.listen, e))?;
         let addr = listener.local_addr().map_err(|e| Error::Bind(config.listen, e))?;
         let mut state = State::new(config.node_name, config.machine, config.token);
         state.env_json = config.env;
         state.cluster_file = config.cluster_file;
         state.transport_dir = config.transport_dir;
         state.interval = config.interval;
+        state.hosts = hosts;
         let state = Arc::new(state);
         let readers = Arc::new(config.readers);
         // The first sample before serving, so /metrics is never empty.
@@ -91,10 +111,25 @@ pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), Error
         };
         ready(addr);
         let app = server::router(state);
-        let result = axum::serve(listener, app).with_graceful_shutdown(shutdown()).await.map_err(Error::Serve);
+        listener::serve(listener, app, config.limits, shutdown()).await;
         sampler.abort();
-        result
-    })
+        Ok(())
+    });
+    // Not the runtime's drop, which waits for every blocking task however long it takes.
+    rt.shutdown_timeout(EXIT_WAIT);
+    result
+}
+
+/// Connections the kernel may hold for the agent to accept (capped by `net.core.somaxconn`):
+/// a flood of reconnecting clients overflows a short queue, and a dropped SYN costs a
+/// legitimate client a one-second retransmission.
+const BACKLOG: u32 = 4096;
+
+fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 async fn shutdown() {

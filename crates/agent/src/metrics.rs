@@ -3,11 +3,16 @@
 //! OpenTelemetry's `hw.gpu.*` semantic conventions (`hw.gpu.utilization` becomes
 //! `accel_hw_gpu_utilization_ratio`), every device series labelled `vendor`, `model`, `uuid`,
 //! `pci` and `index`. docs/metrics.md maps each name to dcgm-exporter's and AMD's.
+//!
+//! Label values come from the machine and from plugins (a product name, a reader's name), so
+//! every one is written through [`LabelValue`], which escapes it by the exposition format's rules
+//! (prometheus-client writes values as given): a value cannot end its label or its line.
 
 use std::sync::atomic::AtomicU64;
 
 use accel_model::{Accelerator, Machine, PciAddr};
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,7 +21,40 @@ use prometheus_client::registry::Registry;
 use crate::readers::Sample;
 use crate::readings::DeviceReading;
 
-type Labels = Vec<(String, String)>;
+type Labels = Vec<(String, LabelValue)>;
+
+/// A label value, escaped when written: `\` as `\\`, `"` as `\"`, a line feed as `\n` (the
+/// rules of the Prometheus text format and OpenMetrics alike). The only way a value reaches the
+/// exposition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LabelValue(pub String);
+
+impl<T: Into<String>> From<T> for LabelValue {
+    fn from(v: T) -> LabelValue {
+        LabelValue(v.into())
+    }
+}
+
+impl EncodeLabelValue for LabelValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        escape_label_value(&self.0, encoder)
+    }
+}
+
+/// Writes `value` escaped for a label value of the text exposition formats.
+pub fn escape_label_value(value: &str, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+    let mut rest = value;
+    while let Some(i) = rest.find(['\\', '"', '\n']) {
+        out.write_str(&rest[..i])?;
+        out.write_str(match rest.as_bytes()[i] {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            _ => "\\n",
+        })?;
+        rest = &rest[i + 1..];
+    }
+    out.write_str(rest)
+}
 type G = Family<Labels, Gauge<f64, AtomicU64>>;
 type C = Family<Labels, Counter<u64>>;
 
@@ -44,7 +82,7 @@ pub const FAMILIES: &[(&str, &str)] = &[
 ];
 
 fn label(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), LabelValue::from(*v))).collect()
 }
 
 /// The device labels of an accelerator.
@@ -92,7 +130,7 @@ fn reading_labels(machine: &Machine, r: &DeviceReading, warnings: &mut Vec<Strin
             let mut l = device_labels(acc);
             if acc.uuid.is_none() {
                 if let Some(u) = &r.uuid {
-                    l[2].1 = u.clone();
+                    l[2].1 = LabelValue::from(u.as_str());
                 }
             }
             l
@@ -148,10 +186,10 @@ pub fn render(machine: &Machine, sample: &Sample) -> String {
 
     for acc in &machine.accelerators {
         let mut l = device_labels(acc);
-        l.push(("sku".into(), acc.sku.clone().unwrap_or_default()));
+        l.push(("sku".into(), acc.sku.clone().unwrap_or_default().into()));
         l.push((
             "partition".into(),
-            acc.partition.as_ref().map(|p| format!("{} {}", p.mode, p.index)).unwrap_or_default(),
+            acc.partition.as_ref().map(|p| format!("{} {}", p.mode, p.index)).unwrap_or_default().into(),
         ));
         info.get_or_create(&l).set(1.0);
     }
@@ -170,7 +208,7 @@ pub fn render(machine: &Machine, sample: &Sample) -> String {
         set(&temp, r.temperature_celsius);
         for (domain, hz) in &r.clock_hz {
             let mut l = l.clone();
-            l.push(("clock".into(), domain.clone()));
+            l.push(("clock".into(), domain.as_str().into()));
             clock.get_or_create(&l).set(*hz as f64);
         }
         for (kind, n) in &r.errors {
@@ -179,19 +217,19 @@ pub fn render(machine: &Machine, sample: &Sample) -> String {
                 continue;
             }
             let mut l = l.clone();
-            l.push(("error_type".into(), kind.strip_suffix("_total").unwrap_or(kind).to_owned()));
+            l.push(("error_type".into(), kind.strip_suffix("_total").unwrap_or(kind).into()));
             errors.get_or_create(&l).inc_by(*n);
         }
     }
     for lr in &sample.readings.links {
         let base = DeviceReading { pci: lr.pci.clone(), ..Default::default() };
         let mut l = reading_labels(machine, &base, &mut warnings);
-        l.push(("link".into(), lr.link.to_string()));
-        l.push(("peer_pci".into(), lr.peer_pci.clone().unwrap_or_default()));
+        l.push(("link".into(), lr.link.to_string().into()));
+        l.push(("peer_pci".into(), lr.peer_pci.clone().unwrap_or_default().into()));
         for (dir, v) in [("transmit", lr.tx_bytes_total), ("receive", lr.rx_bytes_total)] {
             if let Some(v) = v {
                 let mut l = l.clone();
-                l.push(("direction".into(), dir.into()));
+                l.push(("direction".into(), LabelValue::from(dir)));
                 link_io.get_or_create(&l).inc_by(v);
             }
         }

@@ -2,6 +2,8 @@
 //! Every route is a GET; the API and the metrics need the bearer token when one is set; the
 //! dashboard's static files carry no data and are served to anyone. No CORS headers are sent
 //! (the dashboard is same-origin), and the page's Content-Security-Policy allows only itself.
+//! Before any route, a request must name the agent in its `Host` (421 otherwise, see
+//! [`crate::auth::HostPolicy`]) and carry no body (413: nothing here reads one).
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -17,6 +19,8 @@ use axum::routing::get;
 use axum::Router;
 use serde_json::json;
 
+use crate::auth::HostPolicy;
+use crate::files::{self, Rules};
 use crate::readers::{Readers, Sample};
 use crate::{assets, metrics, transport};
 
@@ -33,6 +37,8 @@ pub struct State {
     pub cluster_file: Option<PathBuf>,
     pub transport_dir: Option<PathBuf>,
     pub interval: Duration,
+    /// Which `Host` a request may name.
+    pub hosts: HostPolicy,
     pub latest: RwLock<Arc<Snapshot>>,
 }
 
@@ -60,6 +66,7 @@ impl State {
             cluster_file: None,
             transport_dir: None,
             interval: Duration::from_secs(5),
+            hosts: HostPolicy::loopback(),
             latest: RwLock::new(Arc::new(Snapshot::default())),
         }
     }
@@ -106,7 +113,59 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/", get(|| async { asset("text/html; charset=utf-8", assets::INDEX_HTML) }))
         .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", assets::APP_JS) }))
         .route("/style.css", get(|| async { asset("text/css; charset=utf-8", assets::STYLE_CSS) }));
-    api.merge(page).fallback(not_found).with_state(state).layer(middleware::from_fn(common_headers))
+    api.merge(page)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+        .layer(middleware::from_fn(common_headers))
+}
+
+/// Refuses, before routing, a request that does not name the agent in its `Host` (DNS
+/// rebinding: a page whose name now resolves to this host) and one that carries a body.
+async fn guard(AxState(state): AxState<Arc<State>>, req: Request, next: Next) -> Response {
+    if !host_allowed(&state.hosts, &req) {
+        return (
+            StatusCode::MISDIRECTED_REQUEST,
+            [(header::CONNECTION, "close")],
+            json_response(json_body(&json!({
+                "error": "this agent does not serve that host name; start it with --allow-host NAME to serve it"
+            }))),
+        )
+            .into_response();
+    }
+    let has_body = req.headers().contains_key(header::TRANSFER_ENCODING)
+        || req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) != Some(0));
+    if has_body {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            [(header::CONNECTION, "close")],
+            json_response(json_body(&json!({"error": "requests to the agent carry no body"}))),
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// The `Host` header (exactly one; required from HTTP/1.1 on) and an absolute URI's authority
+/// must both name the agent.
+fn host_allowed(policy: &HostPolicy, req: &Request) -> bool {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = match (hosts.next(), hosts.next()) {
+        (Some(h), None) => match h.to_str() {
+            Ok(h) => Some(h),
+            Err(_) => return false,
+        },
+        (None, _) => None,
+        (Some(_), Some(_)) => return false,
+    };
+    if host.is_none() && req.version() >= axum::http::Version::HTTP_11 {
+        return false;
+    }
+    let authority = req.uri().authority().map(|a| a.as_str());
+    [host, authority].into_iter().flatten().all(|h| policy.allows(h))
 }
 
 async fn require_token(AxState(state): AxState<Arc<State>>, req: Request, next: Next) -> Response {
@@ -211,10 +270,15 @@ async fn transport_metrics(AxState(state): AxState<Arc<State>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
+/// Largest cluster document served.
+const MAX_CLUSTER_FILE: u64 = 64 << 20;
+
 /// The cluster: the document the Ray sidecar writes (`--cluster-file`), or this node alone.
 async fn cluster(AxState(state): AxState<Arc<State>>) -> Response {
     if let Some(path) = state.cluster_file.clone() {
-        let read = tokio::task::spawn_blocking(move || std::fs::read(&path)).await;
+        // The operator's file, so a link is fine; a FIFO or a device is not.
+        let rules = Rules { max: MAX_CLUSTER_FILE, owner: None, follow_links: true };
+        let read = tokio::task::spawn_blocking(move || files::read(&path, rules)).await;
         // Not written yet: this node alone, marked as such.
         if let Ok(Ok(bytes)) = read {
             return match serde_json::from_slice::<serde_json::Value>(&bytes) {

@@ -183,6 +183,8 @@ fn start(token: Option<&str>) -> SocketAddr {
         cluster_file: None,
         transport_dir: None,
         interval: Duration::from_secs(60),
+        allow_hosts: Vec::new(),
+        limits: accel_agent::Limits::default(),
     };
     std::thread::spawn(move || accel_agent::serve(config, |a| tx.send(a).unwrap()).unwrap());
     rx.recv_timeout(Duration::from_secs(30)).unwrap()
@@ -305,6 +307,8 @@ fn a_network_listener_without_a_token_does_not_start() {
         cluster_file: None,
         transport_dir: None,
         interval: Duration::from_secs(5),
+        allow_hosts: Vec::new(),
+        limits: accel_agent::Limits::default(),
     };
     let err = accel_agent::serve(config, |_| panic!("must not bind")).unwrap_err();
     assert!(err.to_string().contains("--token-file"), "{err}");

@@ -16,7 +16,7 @@ use crate::SourceArgs;
 /// `accel agent` arguments.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Endpoints (GET only):\n  /             the dashboard (assets built in; works offline)\n  /v1/node      the node's model (docs/schema.md)\n  /v1/health    readers, sample age; 503 when the sampler is stuck\n  /v1/env       the environment fingerprint (`accel env --json`)\n  /v1/readings  the latest readings, vendor-neutral (plugin protocol v1 shape)\n  /v1/cluster   the Ray cluster view (--cluster-file), or this node alone\n  /metrics      Prometheus/OpenMetrics (names in docs/metrics.md)\n  /metrics/transport  transport metrics of this node's processes (--transport-dir)\n\nSecurity: on a loopback address no token is needed. Any other address requires\n--token-file; requests then carry `Authorization: Bearer <token>`.\n\nExamples:\n  accel agent                                   this machine, on 127.0.0.1:9477\n  accel agent --sample gb200-nvl72-tray         a captured machine with recorded readings\n  accel agent --listen 0.0.0.0:9477 --token-file /etc/accel/token\n\nEnvironment:\n  ACCEL_PLUGIN_DIR  directory of accel-plugin-<name> executables whose `metrics` verb is read"
+    after_help = "Endpoints (GET only):\n  /             the dashboard (assets built in; works offline)\n  /v1/node      the node's model (docs/schema.md)\n  /v1/health    readers, sample age; 503 when the sampler is stuck\n  /v1/env       the environment fingerprint (`accel env --json`)\n  /v1/readings  the latest readings, vendor-neutral (plugin protocol v1 shape)\n  /v1/cluster   the Ray cluster view (--cluster-file), or this node alone\n  /metrics      Prometheus/OpenMetrics (names in docs/metrics.md)\n  /metrics/transport  transport metrics of this node's processes (--transport-dir)\n\nSecurity: on a loopback address no token is needed. Any other address requires\n--token-file (owned by this user, mode 600); requests then carry\n`Authorization: Bearer <token>`. Every request must name the agent in its Host header:\nlocalhost, a loopback address, the listen address (any address when listening on a\nwildcard one) or a name given with --allow-host; others get 421, which keeps web pages\nout through DNS rebinding. A request head must arrive within 5 s (also the keep-alive\nidle time) and fit in 16 KiB; at most 256 connections are open (the longest idle one\nmakes room for a new one); SIGTERM stops the agent within about a second.\n\nExamples:\n  accel agent                                   this machine, on 127.0.0.1:9477\n  accel agent --sample gb200-nvl72-tray         a captured machine with recorded readings\n  accel agent --listen 0.0.0.0:9477 --token-file /etc/accel/token --allow-host node-1.example\n\nEnvironment:\n  ACCEL_PLUGIN_DIR  directory of accel-plugin-<name> executables whose `metrics` verb is read"
 )]
 pub struct AgentArgs {
     /// Address to listen on. Anything but loopback needs --token-file.
@@ -24,9 +24,14 @@ pub struct AgentArgs {
     listen: SocketAddr,
     #[command(flatten)]
     source: SourceArgs,
-    /// File holding the bearer token (first line, at least 16 characters).
+    /// File holding the bearer token (first line, at least 16 characters); it must belong to
+    /// this user and be unreadable by others (chmod 600).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Also serve requests whose Host header is NAME (a DNS name or an address, no port), e.g.
+    /// the name Prometheus or a browser uses to reach this node. Repeatable.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_hosts: Vec<String>,
     /// Serve this cluster document (written by `python -m accel.ray start`'s sidecar) at /v1/cluster.
     #[arg(long, value_name = "FILE")]
     cluster_file: Option<PathBuf>,
@@ -45,7 +50,7 @@ pub struct AgentArgs {
 }
 
 /// Runs the agent until SIGINT/SIGTERM. Invalid usage (a network listener without a token, a
-/// bad token file) prints one line and exits with status 2.
+/// bad token file, a bad --allow-host) prints one line and exits with status 2.
 pub fn run(args: AgentArgs) -> Result<()> {
     let usage = |msg: String| -> ! {
         eprintln!("accel agent: error: {msg}");
@@ -57,6 +62,9 @@ pub fn run(args: AgentArgs) -> Result<()> {
     let token =
         args.token_file.as_ref().map(|p| accel_agent::auth::read_token(p).unwrap_or_else(|e| usage(e.to_string())));
     if let Err(e) = accel_agent::auth::check_listener(args.listen, token.as_deref()) {
+        usage(e.to_string());
+    }
+    if let Err(e) = accel_agent::auth::HostPolicy::new(args.listen, &args.allow_hosts) {
         usage(e.to_string());
     }
     let replay = match &args.replay {
@@ -95,6 +103,8 @@ pub fn run(args: AgentArgs) -> Result<()> {
         cluster_file: args.cluster_file,
         transport_dir: args.transport_dir,
         interval: Duration::from_secs_f64(args.interval),
+        allow_hosts: args.allow_hosts,
+        limits: accel_agent::Limits::default(),
     };
     accel_agent::serve(config, |addr| eprintln!("accel agent: serving http://{addr}/")).map_err(anyhow::Error::from)
 }

@@ -95,25 +95,35 @@ mod tests {
         p
     }
 
-    fn tmpdir(tag: &str) -> PathBuf {
+    /// A directory of its own, removed when dropped.
+    struct TmpDir(PathBuf);
+
+    impl Drop for TmpDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tmpdir(tag: &str) -> TmpDir {
         let d = std::env::temp_dir().join(format!("accel-agent-plugins-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        TmpDir(d)
     }
 
     #[test]
     fn reads_a_document_and_passes_the_root() {
-        let d = tmpdir("ok");
+        let dir = tmpdir("ok");
+        let d = &dir.0;
         let p = plugin(
-            &d,
+            d,
             "demo",
             r#"[ "$1" = metrics ] || exit 3
 printf '{"protocol":1,"devices":[{"pci":"0000:3b:00.0","power_watts":300.5,"uuid":"%s"}]}' "$ACCEL_ROOT""#,
         );
         std::fs::write(d.join("accel-plugin-notexec"), "x").unwrap();
         std::fs::write(d.join("other"), "x").unwrap();
-        assert_eq!(find(&d), vec![p.clone()]);
+        assert_eq!(find(d), vec![p.clone()]);
         let r = run(&p, Path::new("/the/root"), Duration::from_secs(5)).unwrap();
         assert_eq!(r.devices[0].power_watts, Some(300.5));
         assert_eq!(r.devices[0].uuid.as_deref(), Some("/the/root"));
@@ -121,19 +131,20 @@ printf '{"protocol":1,"devices":[{"pci":"0000:3b:00.0","power_watts":300.5,"uuid
 
     #[test]
     fn failures_are_warnings_naming_the_plugin() {
-        let d = tmpdir("bad");
-        let slow = plugin(&d, "slow", "sleep 5");
+        let dir = tmpdir("bad");
+        let d = &dir.0;
+        let slow = plugin(d, "slow", "sleep 5");
         let t = Instant::now();
         let e = run(&slow, Path::new("/"), Duration::from_millis(200)).unwrap_err();
         assert!(e.contains("accel-plugin-slow") && e.contains("killed"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(3));
-        let big = plugin(&d, "big", "head -c 5000000 /dev/zero");
+        let big = plugin(d, "big", "head -c 5000000 /dev/zero");
         assert!(run(&big, Path::new("/"), Duration::from_secs(10)).unwrap_err().contains("larger than"));
-        let junk = plugin(&d, "junk", "echo '{not json'");
+        let junk = plugin(d, "junk", "echo '{not json'");
         assert!(run(&junk, Path::new("/"), Duration::from_secs(5)).unwrap_err().contains("malformed"));
-        let fail = plugin(&d, "fail", "exit 4");
+        let fail = plugin(d, "fail", "exit 4");
         assert!(run(&fail, Path::new("/"), Duration::from_secs(5)).unwrap_err().contains("exited"));
-        let v2 = plugin(&d, "v2", "echo '{\"protocol\":2}'");
+        let v2 = plugin(d, "v2", "echo '{\"protocol\":2}'");
         assert!(run(&v2, Path::new("/"), Duration::from_secs(5)).unwrap_err().contains("protocol 2"));
     }
 }
