@@ -389,7 +389,12 @@ def main() -> int:
     for p in (accel, REL / "examples" / "static_server", REL / "examples" / "bench_load"):
         if not p.exists():
             sys.exit(f"{p} missing: cargo build --release -p accel-cli && cargo build --release -p accel-agent --examples")
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="accel-bench-agent-"))
+    with tempfile.TemporaryDirectory(prefix="accel-bench-agent-") as tmp:
+        return load(args, accel, pathlib.Path(tmp))
+
+
+def load(args: argparse.Namespace, accel: pathlib.Path, tmp: pathlib.Path) -> int:
+    """The /metrics load benchmark, its files under `tmp`."""
     bundle = tmp / "mi300x-cpx.bundle"
     bundle.write_bytes(gzip.decompress((REPO / "test_data/hosts/mi300x-cpx/capture.bundle.gz").read_bytes()))
     machine = json.loads(subprocess.run([str(accel), "discover", "--root", str(bundle), "--json"], capture_output=True, check=True).stdout)
