@@ -48,6 +48,9 @@ done
 echo "== cargo test"
 cargo test
 
+echo "== fuzzing (scripts/fuzz.sh: transport frames, plugin answers, captures; ACCEL_FUZZ_SECONDS each, default 60)"
+bash scripts/fuzz.sh
+
 echo "== mypy --strict python/accel (types of accel._native: python/accel/_native.pyi)"
 .venv/bin/python -m mypy --strict python/accel
 
