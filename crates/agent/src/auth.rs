@@ -216,24 +216,6 @@ mod tests {
         assert!(!authorized(None, t));
     }
 
-    /// A directory of its own, removed when dropped.
-    struct TempDir(std::path::PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let d = std::env::temp_dir().join(format!("accel-agent-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            TempDir(d)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     fn write_mode(path: &Path, text: &str, mode: u32) {
         use std::os::unix::fs::PermissionsExt;
         std::fs::write(path, text).unwrap();
@@ -242,8 +224,8 @@ mod tests {
 
     #[test]
     fn token_files_are_checked() {
-        let d = TempDir::new("token");
-        let p = d.0.join("token");
+        let d = accel_testdata::TempDir::new("agent-token");
+        let p = d.path().join("token");
         write_mode(&p, "short\n", 0o600);
         assert!(read_token(&p).is_err());
         write_mode(&p, "0123456789abcdef0123\n", 0o600);
@@ -251,13 +233,13 @@ mod tests {
         write_mode(&p, "0123456789abcdef0123\n", 0o400);
         assert_eq!(read_token(&p).unwrap(), "0123456789abcdef0123");
         assert!(read_token(Path::new("/nonexistent/token")).is_err());
-        assert!(read_token(&d.0).unwrap_err().to_string().contains("not a regular file"));
+        assert!(read_token(d.path()).unwrap_err().to_string().contains("not a regular file"));
     }
 
     #[test]
     fn a_token_file_others_can_read_is_refused() {
-        let d = TempDir::new("token-mode");
-        let p = d.0.join("token");
+        let d = accel_testdata::TempDir::new("agent-token-mode");
+        let p = d.path().join("token");
         for mode in [0o666, 0o644, 0o640, 0o604, 0o620, 0o602, 0o610] {
             write_mode(&p, "0123456789abcdef0123\n", mode);
             let e = read_token(&p).unwrap_err().to_string();
@@ -269,11 +251,11 @@ mod tests {
 
     #[test]
     fn a_token_file_of_another_user_is_refused() {
-        let d = TempDir::new("token-owner");
+        let d = accel_testdata::TempDir::new("agent-token-owner");
         let me = rustix::process::geteuid().as_raw();
         let p = if me == 0 {
             // As root: a file given away to `nobody`.
-            let p = d.0.join("token");
+            let p = d.path().join("token");
             write_mode(&p, "0123456789abcdef0123\n", 0o600);
             std::os::unix::fs::chown(&p, Some(65534), None).unwrap();
             p

@@ -377,24 +377,6 @@ fn label_values_are_escaped_by_the_exposition_rules() {
 
 // --- /metrics/transport -----------------------------------------------------------------------
 
-/// A directory of its own, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("accel-agent-security-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn mkfifo(path: &Path) {
     rustix::fs::mknodat(rustix::fs::CWD, path, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0)
         .unwrap();
@@ -402,15 +384,15 @@ fn mkfifo(path: &Path) {
 
 #[test]
 fn the_transport_directory_serves_no_fifo_and_no_link() {
-    let dir = TempDir::new("transport");
-    let secret = TempDir::new("transport-secret");
+    let dir = accel_testdata::TempDir::new("agent-security-transport");
+    let secret = accel_testdata::TempDir::new("agent-security-transport-secret");
     // Names of processes that are alive: ours, our parent's and init's.
     let (me, parent) = (std::process::id(), std::os::unix::process::parent_id());
-    std::fs::write(secret.0.join("token"), "secret_token_0123456789 1\n").unwrap();
-    std::os::unix::fs::symlink(secret.0.join("token"), dir.0.join("accel-transport-1.prom")).unwrap();
-    mkfifo(&dir.0.join(format!("accel-transport-{parent}.prom")));
-    std::fs::write(dir.0.join(format!("accel-transport-{me}.prom")), "accel_transport_pool_bytes 3\n").unwrap();
-    let addr = start(Setup { transport_dir: Some(dir.0.clone()), ..Setup::default() });
+    std::fs::write(secret.path().join("token"), "secret_token_0123456789 1\n").unwrap();
+    std::os::unix::fs::symlink(secret.path().join("token"), dir.path().join("accel-transport-1.prom")).unwrap();
+    mkfifo(&dir.path().join(format!("accel-transport-{parent}.prom")));
+    std::fs::write(dir.path().join(format!("accel-transport-{me}.prom")), "accel_transport_pool_bytes 3\n").unwrap();
+    let addr = start(Setup { transport_dir: Some(dir.to_path_buf()), ..Setup::default() });
     // Many scrapes at once, each of which used to park a thread on the FIFO for good.
     let scrapes: Vec<_> =
         (0..32).map(|_| std::thread::spawn(move || get(addr, "/metrics/transport", "localhost"))).collect();

@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -182,24 +181,6 @@ fn sigterm_stops_the_agent_with_connections_open() {
     }
 }
 
-/// A directory of its own, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("accel-cli-agent-security-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Runs `accel ARGS` to completion, or kills it after 20 s (an agent that should have refused to
 /// start but serves instead).
 fn accel(args: &[&str]) -> Output {
@@ -230,8 +211,8 @@ fn usage_error(out: &Output) -> String {
 #[test]
 fn a_token_file_others_can_read_is_refused_before_binding() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = TempDir::new("token");
-    let token = dir.0.join("token");
+    let dir = accel_testdata::TempDir::new("cli-agent-security-token");
+    let token = dir.path().join("token");
     std::fs::write(&token, "0123456789abcdef0123456789\n").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o666)).unwrap();
     let path = token.to_str().unwrap();

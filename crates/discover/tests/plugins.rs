@@ -3,7 +3,6 @@
 //! checked against itself and the other plugins' (unique ids, one owner per PCI function, links
 //! with both ends present and consenting, bounded sizes, no control characters).
 
-use std::ops::Deref;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,35 +10,12 @@ use std::time::{Duration, Instant};
 use accel_discover::exec::{ExecOptions, ExecPlugin, PluginError};
 use accel_discover::{discover, discover_all, Host, Isolation, Report, Vendor};
 use accel_model::{Accelerator, Link, LinkKind, Machine, SkuRegistry, Warning};
+use accel_testdata::TempDir;
 
 const TIMEOUT: Duration = Duration::from_millis(700);
 
-/// A directory of plugin executables, removed when the test is done with it (pass or fail).
-struct TempDir(PathBuf);
-
-impl Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn plugin_dir(name: &str, plugins: &[(&str, &str)]) -> TempDir {
-    let dir = TempDir(std::env::temp_dir().join(format!("accel-plugins-{name}-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&*dir);
-    std::fs::create_dir_all(&*dir).unwrap();
+    let dir = TempDir::new(&format!("plugins-{name}"));
     for (plugin, script) in plugins {
         let path = dir.join(format!("accel-plugin-{plugin}"));
         std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
