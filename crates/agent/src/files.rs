@@ -76,9 +76,7 @@ mod tests {
 
     #[test]
     fn only_what_the_rules_allow_is_read() {
-        let d = std::env::temp_dir().join(format!("accel-agent-files-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = accel_testdata::TempDir::new("agent-files");
         let strict = Rules { max: 8, owner: Some(own_uid()), follow_links: false };
         let lax = Rules { max: 8, owner: None, follow_links: true };
         std::fs::write(d.join("file"), "12345678").unwrap();
@@ -97,6 +95,5 @@ mod tests {
             Err(Refused::NotOwner)
         );
         assert_eq!(read(&d.join("missing"), lax), Err(Refused::Unreadable));
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -149,9 +149,7 @@ mod tests {
 
     #[test]
     fn merges_live_processes_with_a_pid_label() {
-        let d = std::env::temp_dir().join(format!("accel-agent-transport-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = accel_testdata::TempDir::new("agent-transport");
         let text = "# HELP accel_transport_bytes_total Bytes.\n# TYPE accel_transport_bytes_total counter\naccel_transport_bytes_total{path=\"shm\",role=\"fetch\"} 7\n# TYPE accel_transport_pool_bytes gauge\naccel_transport_pool_bytes 3\n";
         std::fs::write(d.join("accel-transport-11.prom"), text).unwrap();
         std::fs::write(d.join("accel-transport-22.prom"), text).unwrap();
@@ -166,14 +164,11 @@ mod tests {
              # TYPE accel_transport_pool_bytes gauge\naccel_transport_pool_bytes{pid=\"11\"} 3\naccel_transport_pool_bytes{pid=\"22\"} 3\n"
         );
         assert_eq!(collect(&d.join("missing"), &|_| true), "");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
     fn only_regular_files_of_our_own_user_are_read() {
-        let d = std::env::temp_dir().join(format!("accel-agent-transport-skip-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = accel_testdata::TempDir::new("agent-transport-skip");
         let me = rustix::process::geteuid().as_raw();
         std::fs::write(d.join("secret"), "secret_value 1\n").unwrap();
         std::os::unix::fs::symlink(d.join("secret"), d.join("accel-transport-1.prom")).unwrap();
@@ -200,6 +195,5 @@ mod tests {
         // Files of another user are not read either.
         let out = collect_as(&d, &|pid| pid == 5, me.wrapping_add(1));
         assert_eq!(out.lines().last(), Some("accel_transport_files_skipped{reason=\"not_owner\"} 1"), "{out}");
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -95,26 +95,14 @@ mod tests {
         p
     }
 
-    /// A directory of its own, removed when dropped.
-    struct TmpDir(PathBuf);
-
-    impl Drop for TmpDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn tmpdir(tag: &str) -> TmpDir {
-        let d = std::env::temp_dir().join(format!("accel-agent-plugins-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TmpDir(d)
+    fn tmpdir(tag: &str) -> accel_testdata::TempDir {
+        accel_testdata::TempDir::new(&format!("agent-plugins-{tag}"))
     }
 
     #[test]
     fn reads_a_document_and_passes_the_root() {
         let dir = tmpdir("ok");
-        let d = &dir.0;
+        let d = dir.path();
         let p = plugin(
             d,
             "demo",
@@ -132,7 +120,7 @@ printf '{"protocol":1,"devices":[{"pci":"0000:3b:00.0","power_watts":300.5,"uuid
     #[test]
     fn failures_are_warnings_naming_the_plugin() {
         let dir = tmpdir("bad");
-        let d = &dir.0;
+        let d = dir.path();
         let slow = plugin(d, "slow", "sleep 5");
         let t = Instant::now();
         let e = run(&slow, Path::new("/"), Duration::from_millis(200)).unwrap_err();
