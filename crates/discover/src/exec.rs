@@ -15,10 +15,9 @@ use accel_model::{Accelerator, Domain, Link, Machine, Warning};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use crate::protocol::{PluginError, PROTOCOL};
 use crate::{Host, Isolation, Report, Vendor};
 
-/// The protocol version this build speaks.
-pub const PROTOCOL: u64 = 1;
 /// The executable name prefix.
 pub const PREFIX: &str = "accel-plugin-";
 /// How long one call may take unless `ACCEL_PLUGIN_TIMEOUT_MS` says otherwise.
@@ -27,25 +26,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_OUTPUT: usize = 4 << 20;
 /// What is kept of a plugin's stderr (for the warning); the rest is read and dropped.
 const MAX_STDERR: usize = 4096;
-
-/// Why a call to a plugin gave no answer. The message names the plugin.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PluginError {
-    #[error("plugin {name}: cannot run {path}: {message}")]
-    Spawn { name: String, path: String, message: String },
-    #[error("plugin {name}: `{verb}` did not answer within {ms} ms; killed")]
-    Timeout { name: String, verb: String, ms: u128 },
-    #[error("plugin {name}: `{verb}` printed more than {limit} bytes; killed")]
-    TooLarge { name: String, verb: String, limit: usize },
-    #[error("plugin {name}: `{verb}` exited with {status}{stderr}")]
-    Failed { name: String, verb: String, status: String, stderr: String },
-    #[error("plugin {name}: `{verb}` printed no valid JSON: {message}")]
-    Garbage { name: String, verb: String, message: String },
-    #[error("plugin {name}: `{verb}` answered protocol {got}, accel speaks {PROTOCOL}")]
-    Protocol { name: String, verb: String, got: String },
-    #[error("plugin {name}: `{verb}` is not provided")]
-    Unsupported { name: String, verb: String },
-}
 
 /// How external plugins are found and run.
 #[derive(Debug, Clone)]
@@ -354,52 +334,6 @@ pub fn parse_discover(name: &str, value: &Value) -> Report {
     }
     report.warnings.extend(notes);
     report
-}
-
-/// A built-in plugin's protocol answers, in process: the same documents an executable prints.
-pub fn in_process<V: Vendor + ?Sized>(
-    plugin: &V,
-    verb: &str,
-    host: &Host,
-    platform: &Machine,
-    input: &Value,
-) -> Result<Value, PluginError> {
-    match verb {
-        "version" => Ok(serde_json::json!({
-            "protocol": PROTOCOL,
-            "name": plugin.id(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "verbs": ["version", "discover", "isolate"],
-        })),
-        "discover" => {
-            let mut report = plugin.discover(host, platform);
-            let vocabulary = plugin.vocabulary();
-            for acc in &mut report.accelerators {
-                acc.vocabulary.fill_from(&vocabulary);
-            }
-            Ok(serde_json::json!({
-                "protocol": PROTOCOL,
-                "accelerators": report.accelerators,
-                "links": report.links,
-                "domains": report.domains,
-                "warnings": report.warnings,
-                "attributes": report.attributes,
-            }))
-        }
-        "isolate" => {
-            let devices: Vec<Accelerator> =
-                input.get("devices").cloned().and_then(|d| serde_json::from_value(d).ok()).ok_or_else(|| {
-                    PluginError::Garbage {
-                        name: plugin.id().into(),
-                        verb: verb.into(),
-                        message: "isolate input has no valid `devices`".into(),
-                    }
-                })?;
-            let refs: Vec<&Accelerator> = devices.iter().collect();
-            Ok(serde_json::json!({"protocol": PROTOCOL, "env": plugin.isolate(&refs).env}))
-        }
-        _ => Err(PluginError::Unsupported { name: plugin.id().into(), verb: verb.into() }),
-    }
 }
 
 impl Vendor for ExecPlugin {

@@ -6,7 +6,10 @@ use accel_model::{
     Accelerator, Domain, Link, LinkKind, Machine, PciClass, PciId, PciNode, PciNodeKind, Vocabulary, Warning,
 };
 
-use crate::{Amd, Gaudi, GenericPci, Groq, Host, IntelGpu, Neuron, Nvidia, Platform, Tpu};
+use serde_json::Value;
+
+use crate::protocol::{PluginError, PROTOCOL};
+use crate::Host;
 
 /// One accelerator family's read-only view of a host.
 pub trait Vendor: Send + Sync {
@@ -43,8 +46,8 @@ pub trait Vendor: Send + Sync {
         host: &Host,
         platform: &Machine,
         input: &serde_json::Value,
-    ) -> Result<serde_json::Value, crate::exec::PluginError> {
-        crate::exec::in_process(self, verb, host, platform, input)
+    ) -> Result<serde_json::Value, PluginError> {
+        in_process(self, verb, host, platform, input)
     }
 }
 
@@ -95,37 +98,6 @@ pub struct Report {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Isolation {
     pub env: BTreeMap<String, String>,
-}
-
-/// Every plugin this build knows, in the order they run. The platform plugin runs first (its
-/// metadata feeds the TPU plugin); the generic PCI plugin runs last and picks up whatever no
-/// vendor plugin claimed.
-pub fn default_plugins() -> Vec<Box<dyn Vendor>> {
-    vec![
-        Box::new(Platform),
-        Box::new(Nvidia),
-        Box::new(Amd),
-        Box::new(Tpu),
-        Box::new(Neuron),
-        Box::new(Gaudi),
-        Box::new(IntelGpu),
-        Box::new(Groq),
-        Box::new(GenericPci),
-    ]
-}
-
-/// The built-in plugins and the external ones `options` finds (`accel-plugin-<name>`), in
-/// running order: the built-in vendor plugins, then the external ones by name, then the generic
-/// PCI fallback (so an external plugin claims its devices before the fallback does). The
-/// warnings name plugins that were skipped.
-pub fn plugins_with_external(options: &crate::exec::ExecOptions) -> (Vec<Box<dyn Vendor>>, Vec<Warning>) {
-    let mut plugins = default_plugins();
-    let reserved: Vec<&str> = plugins.iter().map(|p| p.id()).collect();
-    let (external, warnings) = crate::exec::find(options, &reserved);
-    let generic = plugins.pop().expect("the generic plugin is last");
-    plugins.extend(external.into_iter().map(|p| Box::new(p) as Box<dyn Vendor>));
-    plugins.push(generic);
-    (plugins, warnings)
 }
 
 /// An accelerator for a PCI function, filled from the PCI node and the SKU registry; plugins
@@ -223,5 +195,51 @@ pub fn isolation_values(acc: &Accelerator) -> Vec<String> {
         vec![acc.index.to_string()]
     } else {
         acc.vocabulary.isolation.clone()
+    }
+}
+
+/// A built-in plugin's protocol answers, in process: the same documents an executable prints.
+pub fn in_process<V: Vendor + ?Sized>(
+    plugin: &V,
+    verb: &str,
+    host: &Host,
+    platform: &Machine,
+    input: &Value,
+) -> Result<Value, PluginError> {
+    match verb {
+        "version" => Ok(serde_json::json!({
+            "protocol": PROTOCOL,
+            "name": plugin.id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "verbs": ["version", "discover", "isolate"],
+        })),
+        "discover" => {
+            let mut report = plugin.discover(host, platform);
+            let vocabulary = plugin.vocabulary();
+            for acc in &mut report.accelerators {
+                acc.vocabulary.fill_from(&vocabulary);
+            }
+            Ok(serde_json::json!({
+                "protocol": PROTOCOL,
+                "accelerators": report.accelerators,
+                "links": report.links,
+                "domains": report.domains,
+                "warnings": report.warnings,
+                "attributes": report.attributes,
+            }))
+        }
+        "isolate" => {
+            let devices: Vec<Accelerator> =
+                input.get("devices").cloned().and_then(|d| serde_json::from_value(d).ok()).ok_or_else(|| {
+                    PluginError::Garbage {
+                        name: plugin.id().into(),
+                        verb: verb.into(),
+                        message: "isolate input has no valid `devices`".into(),
+                    }
+                })?;
+            let refs: Vec<&Accelerator> = devices.iter().collect();
+            Ok(serde_json::json!({"protocol": PROTOCOL, "env": plugin.isolate(&refs).env}))
+        }
+        _ => Err(PluginError::Unsupported { name: plugin.id().into(), verb: verb.into() }),
     }
 }
