@@ -109,11 +109,18 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
     let mut planner = Planner::new(&cluster)?;
     match planner.plan(&request) {
         Ok(placement) => {
+            let envs = bundle_envs(&cluster, &placement)?;
             if args.json {
-                serde_json::to_writer_pretty(&mut *out, &placement)?;
+                let mut value = serde_json::to_value(&placement)?;
+                if let Some(bundles) = value.get_mut("bundles").and_then(serde_json::Value::as_array_mut) {
+                    for (b, env) in bundles.iter_mut().zip(&envs) {
+                        b["env"] = json!(env);
+                    }
+                }
+                serde_json::to_writer_pretty(&mut *out, &value)?;
                 writeln!(out)?;
             } else {
-                out.write_all(render(&placement).as_bytes())?;
+                out.write_all(render(&placement, &envs).as_bytes())?;
             }
             Ok(())
         }
@@ -129,9 +136,28 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
     }
 }
 
-pub fn render(p: &Placement) -> String {
+/// Each bundle's environment: what its devices' plugins (`isolate`, external ones through the
+/// protocol) set for exactly those devices, in the bundle's order. Warnings go to stderr.
+fn bundle_envs(cluster: &Cluster, placement: &Placement) -> Result<Vec<std::collections::BTreeMap<String, String>>> {
+    let (plugins, _) = accel_discover::plugins_with_external(&crate::exec_options());
+    let mut envs = Vec::new();
+    for b in &placement.bundles {
+        let node = cluster.nodes.iter().find(|n| n.name == b.node).context("a placed node is not in the cluster")?;
+        let machine = cluster.machine(node)?;
+        let ids: Vec<&str> = b.devices.iter().map(|d| d.id.as_str()).collect();
+        let isolation = accel_discover::isolate(&plugins, machine, &ids);
+        for w in &isolation.warnings {
+            eprintln!("warning: bundle {}: {w}", b.bundle);
+        }
+        envs.push(isolation.env);
+    }
+    Ok(envs)
+}
+
+/// The placement, a line per bundle and its environment below it.
+pub fn render(p: &Placement, envs: &[std::collections::BTreeMap<String, String>]) -> String {
     let mut s = String::new();
-    for b in &p.bundles {
+    for (i, b) in p.bundles.iter().enumerate() {
         let devs: Vec<&str> = b.devices.iter().map(|d| d.label.as_str()).collect();
         let mut numa: Vec<u32> = b.devices.iter().filter_map(|d| d.numa_node).collect();
         numa.dedup();
@@ -150,6 +176,10 @@ pub fn render(p: &Placement) -> String {
             nics.join(","),
             b.score.total
         );
+        if let Some(env) = envs.get(i).filter(|e| !e.is_empty()) {
+            let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s += &format!("  env: {}\n", vars.join(" "));
+        }
     }
     s += &format!("total score {:.1}\n", p.score);
     s

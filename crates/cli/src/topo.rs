@@ -276,10 +276,10 @@ fn matrix(machine: &Machine, s: &mut String) {
          NODE = Connection traversing PCIe as well as the interconnect between PCIe host bridges within a NUMA node\n  \
          PHB  = Connection traversing PCIe as well as a PCIe host bridge (typically the CPU)\n  \
          PXB  = Connection traversing multiple PCIe switches (without traversing the PCIe host bridge)\n  \
-         PIX  = Connection traversing at most a single PCIe switch\n  \
-         NV#  = NVLink (direct or through NVSwitch), # bonded links;  XGMI# = AMD Infinity Fabric;  ICI# = TPU ICI\n  \
-         NL#  = NeuronLink;  ROCE# = Gaudi scale-up RoCE;  C2C# = chip-to-chip;  XL# = Xe Link\n\n",
+         PIX  = Connection traversing at most a single PCIe switch\n",
     );
+    link_legend(machine, s);
+    s.push('\n');
     if !machine.accelerators.is_empty() {
         s.push_str("Accelerator Legend:\n\n");
         for (acc, label) in machine.accelerators.iter().zip(&labels) {
@@ -289,6 +289,26 @@ fn matrix(machine: &Machine, s: &mut String) {
     }
     let nic_labels: Vec<String> = labels[machine.accelerators.len()..].iter().map(|l| l.to_string()).collect();
     nic_legend(machine, &nic_labels, s);
+}
+
+/// One legend line per matrix tag of the machine's links (`NV# = NVLink (direct); NVLink through
+/// NVSwitch, # bonded links`), from the link kinds their plugins declared.
+fn link_legend(machine: &Machine, s: &mut String) {
+    let mut kinds: Vec<accel_model::LinkKind> = machine.links.iter().map(|l| l.kind).collect();
+    kinds.sort();
+    kinds.dedup();
+    let mut by_tag: Vec<(String, Vec<String>)> = Vec::new();
+    for kind in kinds {
+        let info = machine.link_kind(kind);
+        let tag = format!("{}#", info.short);
+        match by_tag.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, names)) => names.push(info.name),
+            None => by_tag.push((tag, vec![info.name])),
+        }
+    }
+    for (tag, names) in by_tag {
+        let _ = writeln!(s, "  {tag:<4} = {}, # bonded links", names.join("; "));
+    }
 }
 
 fn nic_legend(machine: &Machine, labels: &[String], s: &mut String) {

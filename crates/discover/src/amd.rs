@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_model::{Accelerator, Link, LinkKind, Machine, Partition, PciAddr, Warning};
+use accel_model::{Accelerator, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning};
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
@@ -101,7 +101,19 @@ fn read_kfd(host: &Host, warnings: &mut Vec<Warning>) -> Vec<KfdNode> {
     nodes
 }
 
+/// The link kind of AMD Infinity Fabric (xGMI).
+pub const XGMI: LinkKind = LinkKind::new("xgmi");
+/// The link kind of chip-to-chip (two dies of one package).
+pub const C2C: LinkKind = LinkKind::new("c2c");
+
 impl Vendor for Amd {
+    fn link_kinds(&self) -> Vec<LinkKindInfo> {
+        vec![
+            LinkKindInfo::new(XGMI, "XGMI", "AMD Infinity Fabric (xGMI)"),
+            LinkKindInfo::new(C2C, "C2C", "chip-to-chip (two dies of one package)"),
+        ]
+    }
+
     fn id(&self) -> &'static str {
         "amd"
     }
@@ -279,7 +291,7 @@ impl Vendor for Amd {
                     continue;
                 }
                 let same_package = physical_of[from] != 0 && physical_of[from] == physical_of[to];
-                let kind = if same_package { LinkKind::C2c } else { LinkKind::Xgmi };
+                let kind = if same_package { C2C } else { XGMI };
                 let key = if from < to { (from.clone(), to.clone()) } else { (to.clone(), from.clone()) };
                 let bw = l.get("max_bandwidth").copied().filter(|&b| b > 0);
                 pairs.entry(key).or_insert((kind, bw));
@@ -290,7 +302,7 @@ impl Vendor for Amd {
             .into_iter()
             .map(|((a, b), (kind, bw))| {
                 // KFD's bandwidth is MB/s one way; the model wants GB/s both ways.
-                let sku = || if kind == LinkKind::Xgmi { link_gbps(host, accs[a.as_str()], 1) } else { None };
+                let sku = || if kind == XGMI { link_gbps(host, accs[a.as_str()], 1) } else { None };
                 let gbps = bw.map(|mbps| mbps as f64 * 2.0 / 1000.0).or_else(sku);
                 Link { a, b, kind, count: 1, gbps }
             })

@@ -273,6 +273,35 @@ impl ExecPlugin {
     }
 }
 
+/// The most variables one `isolate` answer may set.
+pub const MAX_ISOLATE_VARS: usize = 64;
+
+/// The `isolate` answer's `env`: at most [`MAX_ISOLATE_VARS`] variables, each name of
+/// `[A-Za-z0-9_]` not starting with a digit, each value a string without control characters of at
+/// most 4096 bytes. `Err` says what is wrong; nothing of a wrong answer is used.
+pub fn parse_isolate(value: &Value) -> Result<BTreeMap<String, String>, String> {
+    let env = value.get("env").and_then(Value::as_object).ok_or("no `env` object")?;
+    if env.len() > MAX_ISOLATE_VARS {
+        return Err(format!("{} variables, more than {MAX_ISOLATE_VARS}", env.len()));
+    }
+    let mut out = BTreeMap::new();
+    for (k, v) in env {
+        let name_ok = !k.is_empty()
+            && k.len() <= 256
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !k.starts_with(|c: char| c.is_ascii_digit());
+        if !name_ok {
+            return Err(format!("{:?} is not a variable name", crate::validate::escape_controls(k, false)));
+        }
+        let v = v.as_str().ok_or_else(|| format!("{k} is not a string"))?;
+        if v.len() > 4096 || v.chars().any(char::is_control) {
+            return Err(format!("the value of {k} is longer than 4096 bytes or holds control characters"));
+        }
+        out.insert(k.clone(), v.to_owned());
+    }
+    Ok(out)
+}
+
 /// The `discover` answer, parsed into a report: devices that do not fit the model are
 /// dropped with a warning each, and every device is stamped with the plugin's name. Only the
 /// first [`validate::MAX_DEVICES`](crate::validate) devices (links, domains, warnings,
@@ -323,6 +352,22 @@ pub fn parse_discover(name: &str, value: &Value) -> Report {
         let path = w.get("path").and_then(Value::as_str).map(str::to_owned);
         report.warnings.push(Warning { source: source.clone(), path, message: message.to_owned() });
     }
+    for info in value.get("link_kinds").and_then(Value::as_array).map_or(&[][..], Vec::as_slice) {
+        match accel_model::LinkKindInfo::deserialize(info) {
+            Ok(k) => report.link_kinds.push(k),
+            Err(e) => report.warnings.push(warn(name, format!("link kind dropped: {e}"))),
+        }
+    }
+    if let Some(labels) = value.get("k8s_labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            match v.as_str() {
+                Some(v) => {
+                    report.k8s_labels.insert(k.clone(), v.to_owned());
+                }
+                None => report.warnings.push(warn(name, format!("Kubernetes label {k:?} dropped: not a string"))),
+            }
+        }
+    }
     if let Some(attrs) = value.get("attributes").and_then(Value::as_object) {
         let texts: Vec<(&String, &str)> = attrs.iter().filter_map(|(k, v)| Some((k, v.as_str()?))).collect();
         if texts.len() > MAX_ATTRIBUTES {
@@ -360,21 +405,19 @@ impl Vendor for ExecPlugin {
     }
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
-        // The isolation values the plugin gave at discovery.
-        let mut isolation = Isolation::default();
-        for d in devices {
-            if let Some(var) = &d.vocabulary.visibility_env {
-                let values = crate::plugin::isolation_values(d);
-                isolation
-                    .env
-                    .entry(var.clone())
-                    .and_modify(|v: &mut String| {
-                        v.push(',');
-                        v.push_str(&values.join(","));
-                    })
-                    .or_insert_with(|| values.join(","));
-            }
-        }
+        // The plugin's own answer for the ordered bundle; the model's values if it gives none.
+        let input = serde_json::json!({"protocol": PROTOCOL, "devices": devices});
+        let why = match self.run("isolate", None, &input) {
+            Ok(value) => match parse_isolate(&value) {
+                Ok(env) => return Isolation { env, warnings: Vec::new() },
+                Err(why) => {
+                    PluginError::Garbage { name: self.name.into(), verb: "isolate".into(), message: why }.to_string()
+                }
+            },
+            Err(e) => e.to_string(),
+        };
+        let mut isolation = crate::plugin::isolate_from_model(devices);
+        isolation.warnings.push(warn(self.name, format!("{why}; isolation values from discovery used instead")));
         isolation
     }
 }

@@ -16,15 +16,24 @@ use accel_model::{Accelerator, DomainKind, Machine};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RayNode {
     pub labels: BTreeMap<String, String>,
+    /// Every custom resource: one `accel_dev_<vendor>_<index>` per device, and each plugin's
+    /// own Ray resource (`TPU`, `neuron_cores`, an external plugin's `NPU`) in its units.
     pub resources: BTreeMap<String, f64>,
+    /// Ray's `GPU` resource, which `ray start` takes only as `--num-gpus`.
+    pub num_gpus: f64,
 }
 
+/// The Ray resource that `ray start` takes as a flag of its own, not in `--resources`.
+const RAY_GPU: &str = "GPU";
+
 impl RayNode {
-    /// `--labels='k=v,...' --resources='{"name": 1.0}'`, ready to paste after `ray start`.
+    /// `[--num-gpus=N] --labels='k=v,...' --resources='{"name": 1.0}'`, ready to paste after
+    /// `ray start`.
     pub fn to_args(&self) -> String {
         let labels: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let resources = serde_json::to_string(&self.resources).unwrap_or_else(|_| "{}".into());
-        format!("--labels='{}' --resources='{}'", labels.join(","), resources)
+        let gpus = if self.num_gpus > 0.0 { format!("--num-gpus={} ", self.num_gpus) } else { String::new() };
+        format!("{gpus}--labels='{}' --resources='{}'", labels.join(","), resources)
     }
 }
 
@@ -137,16 +146,24 @@ fn common_labels(machine: &Machine) -> BTreeMap<String, String> {
 /// Labels and resources for `ray start`.
 pub fn ray_labels(machine: &Machine) -> RayNode {
     let mut resources = BTreeMap::new();
+    let mut num_gpus = 0.0;
     for acc in &machine.accelerators {
         resources.insert(format!("accel_dev_{}_{}", label_value(&acc.vendor).replace(['.', '-'], "_"), acc.index), 1.0);
+        let units = acc.vocabulary.ray_units.unwrap_or(1.0);
+        match acc.vocabulary.ray_resource.as_deref() {
+            Some(RAY_GPU) => num_gpus += units,
+            Some(name) => *resources.entry(name.to_owned()).or_insert(0.0) += units,
+            None => {}
+        }
     }
-    RayNode { labels: common_labels(machine), resources }
+    RayNode { labels: common_labels(machine), resources, num_gpus }
 }
 
-/// Kubernetes node labels: NFD's PCI labels, each plugin's own scheme (`Vendor::k8s_labels`:
-/// GPU Feature Discovery's `nvidia.com/gpu.*`, the AMD node labeller's `amd.com/gpu.*`, GKE's TPU
-/// labels), and the `accel.io/` labels for the rest. Values follow those tools' formats but come from accel's own
-/// data (the product name is the registry's, not NVML's).
+/// Kubernetes node labels: NFD's PCI labels, each family's own scheme as its plugin gave it at
+/// discovery ([`Machine::k8s_labels`]: GPU Feature Discovery's `nvidia.com/gpu.*`, the AMD node
+/// labeller's `amd.com/gpu.*`, GKE's TPU labels, an external plugin's), and the `accel.io/` labels
+/// for the rest. Values follow those tools' formats but come from accel's own data (the product
+/// name is the registry's, not NVML's).
 pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
     let mut labels = common_labels(machine);
     for acc in &machine.accelerators {
@@ -158,10 +175,8 @@ pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
             );
         }
     }
-    // Each plugin's own label scheme for its devices.
-    for plugin in crate::default_plugins() {
-        let devices: Vec<&Accelerator> = machine.accelerators.iter().filter(|a| a.plugin == plugin.id()).collect();
-        labels.extend(plugin.k8s_labels(machine, &devices));
+    for (k, v) in &machine.k8s_labels {
+        labels.entry(k.clone()).or_insert_with(|| v.clone());
     }
     labels
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, LinkKind, Machine, PciAddr};
+use accel_model::{Accelerator, LinkKind, LinkKindInfo, Machine, PciAddr};
 
 use crate::plugin::{isolate_by_index, pci_accelerator, pci_functions, sku_link};
 use crate::{Host, Isolation, Report, Vendor};
@@ -16,7 +16,14 @@ const SRC: &str = "gaudi";
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Gaudi;
 
+/// The link kind of Gaudi scale-up RoCE (integrated ports).
+pub const ROCE: LinkKind = LinkKind::new("roce");
+
 impl Vendor for Gaudi {
+    fn link_kinds(&self) -> Vec<LinkKindInfo> {
+        vec![LinkKindInfo::new(ROCE, "ROCE", "Gaudi scale-up RoCE (integrated ports)")]
+    }
+
     fn id(&self) -> &'static str {
         "gaudi"
     }
@@ -82,7 +89,7 @@ impl Vendor for Gaudi {
             let per_peer = s.links / 7;
             for i in 0..accs.len() {
                 for j in i + 1..accs.len() {
-                    report.links.push(sku_link(host, &accs, (i, j), LinkKind::Roce, per_peer));
+                    report.links.push(sku_link(host, &accs, (i, j), ROCE, per_peer));
                 }
             }
         }

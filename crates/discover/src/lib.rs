@@ -41,7 +41,7 @@ pub use neuron::Neuron;
 pub use nvidia::Nvidia;
 pub use others::{Groq, IntelGpu};
 pub use platform::Platform;
-pub use plugin::{in_process, pci_accelerator, Isolation, Report, Vendor};
+pub use plugin::{in_process, isolate_by_index, isolate_from_model, pci_accelerator, Isolation, Report, Vendor};
 pub use plugin_list::{default_plugins, plugins_with_external};
 pub use skufiles::{load_registry, SkuLoadError};
 pub use source::{OpenError, OpenOptions, Source};
@@ -66,6 +66,7 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     let mut machine = linux::read_platform(host);
     let mut unusable = std::collections::BTreeSet::new();
     let mut checker = validate::Checker::default();
+    let mut declared = Vec::new();
     for plugin in plugins {
         let mut report = plugin.discover(host, &machine);
         unusable.extend(std::mem::take(&mut report.unusable));
@@ -75,14 +76,33 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
         for acc in &mut report.accelerators {
             acc.vocabulary.fill_from(&vocabulary);
         }
+        if report.link_kinds.is_empty() {
+            report.link_kinds = plugin.link_kinds();
+        }
         checker.accept(plugin.id(), &mut report);
         machine.accelerators.extend(report.accelerators);
         machine.domains.extend(report.domains);
         machine.warnings.extend(report.warnings);
         machine.attributes.extend(report.attributes);
+        machine.k8s_labels.extend(report.k8s_labels);
+        declared.extend(report.link_kinds);
+        let mine: Vec<&accel_model::Accelerator> =
+            machine.accelerators.iter().filter(|a| a.plugin == plugin.id()).collect();
+        let own = if mine.is_empty() { BTreeMap::new() } else { plugin.k8s_labels(&machine, &mine) };
+        for (k, v) in own {
+            match validate::check_k8s_label(&k, &v) {
+                Ok(()) => {
+                    machine.k8s_labels.insert(k, v);
+                }
+                Err(why) => {
+                    machine.warn(&format!("plugin:{}", plugin.id()), None, format!("Kubernetes label dropped: {why}"))
+                }
+            }
+        }
     }
     // Links last: one may name a device of a plugin that ran later.
     checker.finish(&mut machine);
+    describe_link_kinds(&mut machine, &declared);
     let all = host.root_escapes();
     // Name each place once: a path under another listed one adds nothing.
     let escapes: Vec<String> = all
@@ -133,6 +153,21 @@ pub fn discover_all(host: &Host, options: &exec::ExecOptions) -> Machine {
     machine
 }
 
+/// Describes each kind the machine's links use, by the first plugin that declared it, and gives
+/// a link that reports no bandwidth its kind's nominal rate (count times GB/s per link).
+fn describe_link_kinds(machine: &mut Machine, declared: &[accel_model::LinkKindInfo]) {
+    let mut used: Vec<accel_model::LinkKind> = machine.links.iter().map(|l| l.kind).collect();
+    used.sort();
+    used.dedup();
+    machine.link_kinds = used.iter().filter_map(|k| declared.iter().find(|d| d.kind == *k).cloned()).collect();
+    for link in &mut machine.links {
+        if link.gbps.is_none() {
+            let per_link = machine.link_kinds.iter().find(|d| d.kind == link.kind).and_then(|d| d.gbps_per_link);
+            link.gbps = per_link.map(|g| g * f64::from(link.count));
+        }
+    }
+}
+
 /// An accelerator that a vendor runtime reports at a PCI address the PCI tree lacks (a
 /// KFD-only capture, a container's partial `/sys`) gets a parentless endpoint there, so every
 /// accelerator's PCI function is in the tree; with no path to a host bridge its locality stays
@@ -167,31 +202,55 @@ fn add_missing_functions(machine: &mut Machine) {
     machine.pci.extend(added);
 }
 
-/// What a worker needs in order to see exactly the accelerators `ids` of `machine`: each
-/// plugin isolates the devices it reported, and the environment variables are merged. Devices
-/// whose plugin has no visibility mechanism contribute nothing.
+/// What a worker needs in order to see exactly the accelerators `ids` of `machine`, in that
+/// order: each plugin's `isolate` answers for the ordered devices it reported (an external
+/// plugin through the protocol), the variables are merged, and every variable Ray would
+/// otherwise rewrite for those devices is switched off (`RAY_EXPERIMENTAL_NOSET_<VAR>=1`).
+/// Devices whose plugin has no visibility mechanism contribute nothing.
 ///
-/// Devices of a plugin that is not in `plugins` (an out-of-process plugin, or a machine read
-/// from JSON) are isolated from the model alone: their isolation values, in `ids` order, in
-/// their visibility variable.
+/// Devices of a plugin that is not in `plugins` (a machine read from JSON on a host without
+/// that plugin) are isolated from the model alone: their isolation values, in `ids` order,
+/// joined by their separator, in their visibility variable; the warnings say so.
 pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
     let mut out = Isolation::default();
     let devices: Vec<&accel_model::Accelerator> = ids.iter().filter_map(|id| machine.accelerator(id)).collect();
-    for plugin in plugins {
-        let mine: Vec<&accel_model::Accelerator> =
-            devices.iter().copied().filter(|a| a.plugin == plugin.id()).collect();
-        if !mine.is_empty() {
-            out.env.extend(plugin.isolate(&mine).env);
+    let mut orphans = Vec::new();
+    let mut done: Vec<&str> = Vec::new();
+    for acc in &devices {
+        if done.contains(&acc.plugin.as_str()) {
+            continue;
+        }
+        done.push(&acc.plugin);
+        let mine: Vec<&accel_model::Accelerator> = devices.iter().copied().filter(|a| a.plugin == acc.plugin).collect();
+        match plugins.iter().find(|p| p.id() == acc.plugin) {
+            Some(plugin) => {
+                let got = plugin.isolate(&mine);
+                out.env.extend(got.env);
+                out.warnings.extend(got.warnings);
+            }
+            None => orphans.extend(mine),
         }
     }
-    let mut by_model: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for acc in devices.iter().filter(|a| !plugins.iter().any(|p| p.id() == a.plugin)) {
-        if let Some(var) = &acc.vocabulary.visibility_env {
-            by_model.entry(var).or_default().extend(plugin::isolation_values(acc));
+    if !orphans.is_empty() {
+        let mut names: Vec<&str> = orphans.iter().map(|a| a.plugin.as_str()).collect();
+        names.dedup();
+        let got = plugin::isolate_from_model(&orphans);
+        for (k, v) in got.env {
+            out.env.entry(k).or_insert(v);
         }
+        out.warnings.push(accel_model::Warning {
+            source: "isolate".into(),
+            path: None,
+            message: format!(
+                "plugin {} not found here; its devices isolated from their discovered values",
+                names.join(", ")
+            ),
+        });
     }
-    for (var, values) in by_model {
-        out.env.entry(var.to_owned()).or_insert_with(|| values.join(","));
+    for acc in &devices {
+        for var in &acc.vocabulary.ray_managed_env {
+            out.env.insert(format!("RAY_EXPERIMENTAL_NOSET_{var}"), "1".into());
+        }
     }
     out
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use accel_model::{Accelerator, LinkKind, Machine, Warning};
+use accel_model::{Accelerator, LinkKind, LinkKindInfo, Machine, Warning};
 
 use crate::plugin::{isolate_by_index, pci_accelerator, pci_functions, sku_link};
 use crate::{Host, Isolation, Report, Vendor};
@@ -32,7 +32,14 @@ pub fn parse_connected(text: &str) -> Option<Vec<u32>> {
         .collect()
 }
 
+/// The link kind of NeuronLink.
+pub const NEURONLINK: LinkKind = LinkKind::new("neuronlink");
+
 impl Vendor for Neuron {
+    fn link_kinds(&self) -> Vec<LinkKindInfo> {
+        vec![LinkKindInfo::new(NEURONLINK, "NL", "NeuronLink")]
+    }
+
     fn id(&self) -> &'static str {
         "neuron"
     }
@@ -136,7 +143,7 @@ impl Vendor for Neuron {
                 "the runtime cannot use them",
             ));
         }
-        report.links = pairs.into_iter().map(|p| sku_link(host, &accs, p, LinkKind::Neuronlink, 1)).collect();
+        report.links = pairs.into_iter().map(|p| sku_link(host, &accs, p, NEURONLINK, 1)).collect();
         report.accelerators = accs;
         report
     }

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, Machine, Partition, PciAddr, Warning};
+use accel_model::{
+    Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
+};
 
 use crate::nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, RemoteType};
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
@@ -25,7 +27,19 @@ fn is_gpu_class(class: accel_model::PciClass) -> bool {
     class.base() == 0x03
 }
 
+/// The link kind of NVLink (direct).
+pub const NVLINK: LinkKind = LinkKind::new("nvlink");
+/// The link kind of NVLink through NVSwitch.
+pub const NVSWITCH: LinkKind = LinkKind::new("nvswitch");
+
 impl Vendor for Nvidia {
+    fn link_kinds(&self) -> Vec<LinkKindInfo> {
+        vec![
+            LinkKindInfo::new(NVLINK, "NV", "NVLink (direct)"),
+            LinkKindInfo::new(NVSWITCH, "NV", "NVLink through NVSwitch"),
+        ]
+    }
+
     fn id(&self) -> &'static str {
         "nvidia"
     }
@@ -119,7 +133,7 @@ impl Vendor for Nvidia {
         let mut isolation = if devices.iter().any(|d| d.partition.is_some() || d.uuid.is_some()) {
             let list: Vec<String> =
                 devices.iter().map(|d| d.uuid.clone().unwrap_or_else(|| d.index.to_string())).collect();
-            Isolation { env: [("CUDA_VISIBLE_DEVICES".to_owned(), list.join(","))].into() }
+            Isolation { env: [("CUDA_VISIBLE_DEVICES".to_owned(), list.join(","))].into(), warnings: Vec::new() }
         } else {
             isolate_by_index(devices, &["CUDA_VISIBLE_DEVICES"])
         };
@@ -260,14 +274,14 @@ fn apply_nvml(
         // Both ends report the link: each physical link was counted twice.
         let count = count.div_ceil(2);
         let gbps = accs.get(a.as_str()).and_then(|acc| link_gbps(host, acc, count));
-        links.push(Link { a, b, kind: LinkKind::Nvlink, count, gbps });
+        links.push(Link { a, b, kind: NVLINK, count, gbps });
     }
     let switched: Vec<(&String, &u32)> = switch_links.iter().collect();
     for (i, (a, ca)) in switched.iter().enumerate() {
         for (b, cb) in &switched[i + 1..] {
             let count = (**ca).min(**cb);
             let gbps = accs.get(a.as_str()).and_then(|acc| link_gbps(host, acc, count));
-            links.push(Link { a: (*a).clone(), b: (*b).clone(), kind: LinkKind::Nvswitch, count, gbps });
+            links.push(Link { a: (*a).clone(), b: (*b).clone(), kind: NVSWITCH, count, gbps });
         }
     }
     // MIG devices have no GPU-to-GPU peer access (neither NVLink nor PCIe, NVIDIA's MIG user

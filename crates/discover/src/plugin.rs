@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use accel_model::{
-    Accelerator, Domain, Link, LinkKind, Machine, PciClass, PciId, PciNode, PciNodeKind, Vocabulary, Warning,
+    Accelerator, Domain, Link, LinkKind, LinkKindInfo, Machine, PciClass, PciId, PciNode, PciNodeKind, Vocabulary,
+    Warning,
 };
 
 use serde_json::Value;
@@ -29,6 +30,11 @@ pub trait Vendor: Send + Sync {
     /// only what differs per device (isolation values, NeuronCore counts).
     fn vocabulary(&self) -> Vocabulary {
         Vocabulary::default()
+    }
+
+    /// How this plugin's link kinds are shown and valued (the `topo` legend and matrix tags).
+    fn link_kinds(&self) -> Vec<LinkKindInfo> {
+        Vec::new()
     }
 
     /// Node labels in the vendor's own Kubernetes scheme for its `devices` on `machine` (GPU
@@ -69,12 +75,14 @@ pub fn vocabulary(
         kind: kind.to_owned(),
         label: label.to_owned(),
         visibility_env: visibility_env.map(str::to_owned),
+        visibility_separator: None,
         isolation: Vec::new(),
         ray_resource: ray_resource.map(str::to_owned),
         ray_units: ray_resource.map(|_| 1.0),
         ray_managed_env: ray_managed_env.iter().map(|v| (*v).to_owned()).collect(),
         ray_accelerator_type: None,
         k8s_resource: k8s_resource.map(str::to_owned),
+        slurm_gres: None,
         device_files: Vec::new(),
     }
 }
@@ -84,8 +92,14 @@ pub fn vocabulary(
 pub struct Report {
     pub accelerators: Vec<Accelerator>,
     pub links: Vec<Link>,
+    /// How the kinds in `links` are shown (an external plugin's `link_kinds`; a built-in one's
+    /// come from [`Vendor::link_kinds`]).
+    pub link_kinds: Vec<LinkKindInfo>,
     pub domains: Vec<Domain>,
     pub warnings: Vec<Warning>,
+    /// Kubernetes node labels in the family's own scheme (an external plugin's `k8s_labels`; a
+    /// built-in one's come from [`Vendor::k8s_labels`]).
+    pub k8s_labels: BTreeMap<String, String>,
     /// Platform facts for [`Machine::attributes`] (later plugins see them).
     pub attributes: BTreeMap<String, String>,
     /// PCI functions of this plugin's family that its runtime says this process cannot use (a
@@ -98,6 +112,9 @@ pub struct Report {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Isolation {
     pub env: BTreeMap<String, String>,
+    /// What went wrong on the way (a plugin that did not answer, so the values came from the
+    /// model), naming the plugin.
+    pub warnings: Vec<Warning>,
 }
 
 /// An accelerator for a PCI function, filled from the PCI node and the SKU registry; plugins
@@ -157,11 +174,28 @@ pub fn sku_link(host: &Host, accs: &[Accelerator], (i, j): (usize, usize), kind:
     Link { a: accs[i].id.clone(), b: accs[j].id.clone(), kind, count, gbps: link_gbps(host, &accs[i], count) }
 }
 
-/// Isolation by the devices' isolation values (their index where the plugin set none),
-/// comma-separated, in each of `vars`.
+/// Isolation by the devices' isolation values (their index where the plugin set none), in
+/// bundle order, joined by the first device's separator, in each of `vars`.
 pub fn isolate_by_index(devices: &[&Accelerator], vars: &[&str]) -> Isolation {
     let list: Vec<String> = devices.iter().flat_map(|d| isolation_values(d)).collect();
-    Isolation { env: vars.iter().map(|v| ((*v).to_owned(), list.join(","))).collect() }
+    let sep = devices.first().map_or(",", |d| d.vocabulary.separator());
+    Isolation { env: vars.iter().map(|v| ((*v).to_owned(), list.join(sep))).collect(), warnings: Vec::new() }
+}
+
+/// Isolation from the model alone: each device's isolation values, in bundle order, in its
+/// visibility variable, joined by its separator. For devices whose plugin is not here (a
+/// machine read from JSON) or did not answer.
+pub fn isolate_from_model(devices: &[&Accelerator]) -> Isolation {
+    let mut by_var: Vec<(&str, &str, Vec<String>)> = Vec::new();
+    for d in devices {
+        let Some(var) = d.vocabulary.visibility_env.as_deref() else { continue };
+        match by_var.iter_mut().find(|(v, _, _)| *v == var) {
+            Some((_, _, values)) => values.extend(isolation_values(d)),
+            None => by_var.push((var, d.vocabulary.separator(), isolation_values(d))),
+        }
+    }
+    let env = by_var.into_iter().map(|(var, sep, values)| (var.to_owned(), values.join(sep))).collect();
+    Isolation { env, warnings: Vec::new() }
 }
 
 /// Bandwidth of `count` links of an accelerator's SKU, where the registry knows its scale-up.
@@ -219,10 +253,17 @@ pub fn in_process<V: Vendor + ?Sized>(
             for acc in &mut report.accelerators {
                 acc.vocabulary.fill_from(&vocabulary);
             }
+            let mut seen = platform.clone();
+            seen.accelerators.extend(report.accelerators.iter().cloned());
+            seen.domains.extend(report.domains.iter().cloned());
+            seen.attributes.extend(report.attributes.clone());
+            let devices: Vec<&Accelerator> = report.accelerators.iter().collect();
             Ok(serde_json::json!({
                 "protocol": PROTOCOL,
                 "accelerators": report.accelerators,
                 "links": report.links,
+                "link_kinds": plugin.link_kinds(),
+                "k8s_labels": plugin.k8s_labels(&seen, &devices),
                 "domains": report.domains,
                 "warnings": report.warnings,
                 "attributes": report.attributes,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use accel_model::{Accelerator, Domain, DomainKind, LinkKind, Machine};
+use accel_model::{Accelerator, Domain, DomainKind, LinkKind, LinkKindInfo, Machine};
 
 use crate::plugin::{isolate_by_index, pci_accelerator, pci_functions, sku_link};
 use crate::{Host, Isolation, Report, Vendor};
@@ -71,7 +71,14 @@ fn default_bounds(n: usize) -> [u32; 3] {
     }
 }
 
+/// The link kind of TPU inter-chip interconnect.
+pub const ICI: LinkKind = LinkKind::new("ici");
+
 impl Vendor for Tpu {
+    fn link_kinds(&self) -> Vec<LinkKindInfo> {
+        vec![LinkKindInfo::new(ICI, "ICI", "TPU inter-chip interconnect")]
+    }
+
     fn id(&self) -> &'static str {
         "tpu"
     }
@@ -172,8 +179,7 @@ impl Vendor for Tpu {
             .and_then(|(b, _)| parse_bounds(b))
             .filter(|b| b.iter().product::<u32>() as usize == accs.len())
             .unwrap_or_else(|| default_bounds(accs.len()));
-        report.links =
-            ici_pairs(accs.len(), bounds).into_iter().map(|p| sku_link(host, &accs, p, LinkKind::Ici, 1)).collect();
+        report.links = ici_pairs(accs.len(), bounds).into_iter().map(|p| sku_link(host, &accs, p, ICI, 1)).collect();
         // The TPU runtime opens one device node per chip: /dev/accel<N> (v2-v4) or a VFIO group
         // (/dev/vfio/<N>, v5e and later). Fewer nodes than chips: some chips are not usable here.
         if crate::plugin::has_dev(host) {

@@ -34,6 +34,48 @@ pub const MAX_LIST: usize = 64;
 pub const MAX_NAME: usize = 256;
 /// The most characters in a warning's message or path.
 pub const MAX_MESSAGE: usize = 1024;
+/// The most link kinds one plugin may describe.
+pub const MAX_LINK_KINDS: usize = 64;
+/// The most Kubernetes node labels one plugin may give.
+pub const MAX_K8S_LABELS: usize = 256;
+/// Label key prefixes that are accel's own or another tool's, never a plugin's.
+const RESERVED_LABEL_PREFIXES: [&str; 3] = ["accel.io/", "feature.node.kubernetes.io/", "kubernetes.io/"];
+
+/// Why `key=value` is not a Kubernetes node label a plugin may set, if it is not: the key is an
+/// optional DNS-subdomain prefix and a name of at most 63 characters, the value at most 63
+/// characters of `[A-Za-z0-9._-]` with alphanumerics at both ends, and the prefix is not
+/// reserved.
+pub fn check_k8s_label(key: &str, value: &str) -> Result<(), String> {
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 63
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && n.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let (prefix, name) = key.rsplit_once('/').map_or((None, key), |(p, n)| (Some(p), n));
+    if let Some(p) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        };
+        if p.len() > 253 || !p.split('.').all(label_ok) {
+            return Err(format!("key prefix {:?} is not a DNS subdomain", escape_controls(p, false)));
+        }
+    }
+    if !name_ok(name) {
+        return Err(format!("key {:?} is not a label name", escape_controls(key, false)));
+    }
+    if RESERVED_LABEL_PREFIXES.iter().any(|r| key.starts_with(r) || key.contains(&format!(".{r}"))) {
+        return Err(format!("key {key} is under a prefix that belongs to accel or Kubernetes"));
+    }
+    if !value.is_empty() && !name_ok(value) {
+        return Err(format!("value {:?} of {key} is not a label value", escape_controls(value, false)));
+    }
+    Ok(())
+}
+
 /// The most characters in an attribute value (a metadata document such as `gce.tpu-env`).
 pub const MAX_DOCUMENT: usize = 65536;
 
@@ -123,6 +165,8 @@ impl Clean {
         self.list(&mut v.ray_managed_env, MAX_LIST, || at("vocabulary.ray_managed_env"));
         self.opt(&mut v.ray_accelerator_type, MAX_NAME, || at("vocabulary.ray_accelerator_type"));
         self.opt(&mut v.k8s_resource, MAX_NAME, || at("vocabulary.k8s_resource"));
+        self.opt(&mut v.visibility_separator, MAX_NAME, || at("vocabulary.visibility_separator"));
+        self.opt(&mut v.slurm_gres, MAX_NAME, || at("vocabulary.slurm_gres"));
         self.list(&mut v.device_files, MAX_LIST, || at("vocabulary.device_files"));
     }
 
@@ -134,6 +178,14 @@ impl Clean {
         for (i, link) in report.links.iter_mut().enumerate() {
             self.text(&mut link.a, MAX_NAME, false, || format!("links[{i}].a"));
             self.text(&mut link.b, MAX_NAME, false, || format!("links[{i}].b"));
+        }
+        for (i, k) in report.link_kinds.iter_mut().enumerate() {
+            self.text(&mut k.name, MAX_NAME, false, || format!("link_kinds[{i}].name"));
+            if k.short.as_str().len() > 8 {
+                k.short = k.kind.default_short();
+                self.cut += 1;
+                self.first_cut.get_or_insert_with(|| format!("link_kinds[{i}].short"));
+            }
         }
         for (i, d) in report.domains.iter_mut().enumerate() {
             self.text(&mut d.name, MAX_NAME, false, || format!("domains[{i}].name"));
@@ -218,6 +270,19 @@ impl Checker {
             report.attributes = keep;
             notes.push(over_limit(&source, "attributes", dropped, MAX_ATTRIBUTES));
         }
+        bound(&mut report.link_kinds, MAX_LINK_KINDS, "link kinds", &mut notes, &source);
+        if report.k8s_labels.len() > MAX_K8S_LABELS {
+            let dropped = report.k8s_labels.len() - MAX_K8S_LABELS;
+            report.k8s_labels = std::mem::take(&mut report.k8s_labels).into_iter().take(MAX_K8S_LABELS).collect();
+            notes.push(over_limit(&source, "Kubernetes labels", dropped, MAX_K8S_LABELS));
+        }
+        report.k8s_labels.retain(|k, v| match check_k8s_label(k, v) {
+            Ok(()) => true,
+            Err(why) => {
+                notes.push(warn(&source, format!("Kubernetes label dropped: {why}")));
+                false
+            }
+        });
         let mut clean = Clean::default();
         clean.report(report);
         if let Some(first) = clean.first_escaped {

@@ -134,11 +134,11 @@ fn mi300x_cpx_partitions() {
     assert_eq!((p.physical_id.as_str(), p.index), ("amd-0000:05:00.0", 3));
     assert_eq!(m.accelerators[3].id, "amd-0000:05:00.0-p3");
     // Partitions of one package share its fabric (C2C); every pair across packages is one xGMI hop.
-    let xgmi = m.links.iter().filter(|l| l.kind == accel_model::LinkKind::Xgmi).count();
+    let xgmi = m.links.iter().filter(|l| l.kind == accel_discover::amd::XGMI).count();
     assert_eq!(xgmi, 63 * 62 / 2 - (7 * 28 + 21));
     assert_eq!(m.links.len(), 63 * 62 / 2);
     assert_eq!(class(&m, 0, 1), "C2C1");
-    let c2c = m.links.iter().find(|l| l.kind == accel_model::LinkKind::C2c).unwrap();
+    let c2c = m.links.iter().find(|l| l.kind == accel_discover::amd::C2C).unwrap();
     assert_eq!(c2c.gbps, Some(1638.4));
     assert_eq!(class(&m, 0, 8), "XGMI1");
     let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[9].id]);

@@ -1,6 +1,7 @@
 //! Slurm configuration for a cluster (the planner's [`Cluster`], as `accel cluster` writes it):
 //!
-//! - `gres.conf`: one `NodeName Name=gpu Type File Cores Links` line per accelerator;
+//! - `gres.conf`: one `NodeName Name Type File Cores Links` line per accelerator, `Name` being
+//!   the gres name its plugin gives (`gpu`, or the device kind: `tpu`, an external plugin's `npu`);
 //! - `nodes.conf`: the `NodeName` lines (`CPUs`, `Sockets`, `RealMemory`, `Gres`) that make the
 //!   gres count, for `slurm.conf` to `Include`;
 //! - `topology.conf`: a tree, one switch per rack under a root switch;
@@ -57,6 +58,13 @@ pub fn export(cluster: &Cluster, dev_dir: &str) -> Result<SlurmFiles, ExportErro
     files.gres_conf = "# Written by `accel export slurm`: one line per accelerator (gres.conf(5)).\n".into();
     files.nodes_conf =
         "# Written by `accel export slurm`: the nodes and their gres; `Include` it from slurm.conf.\n".into();
+    let mut names: Vec<String> =
+        nodes.iter().flat_map(|n| n.machine.accelerators.iter().map(gres_name)).collect::<Vec<_>>();
+    names.sort();
+    names.dedup();
+    if !names.is_empty() {
+        files.nodes_conf += &format!("# slurm.conf also needs: GresTypes={}\n", names.join(","));
+    }
     for node in &nodes {
         node_lines(node, dev_dir, &mut files);
     }
@@ -85,6 +93,24 @@ pub fn gres_type(acc: &Accelerator) -> String {
         None => base,
     };
     label_value(&full.to_ascii_lowercase())
+}
+
+/// The gres name of a device: its vocabulary's (`gpu`, or the device kind), reduced to what
+/// Slurm takes in a gres name (lowercase letters, digits, `_`).
+pub fn gres_name(acc: &Accelerator) -> String {
+    let name: String = acc
+        .vocabulary
+        .gres_name()
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(32)
+        .collect();
+    if name.trim_matches('_').is_empty() {
+        "accel".into()
+    } else {
+        name
+    }
 }
 
 /// The CPU-ful NUMA nodes, each described as one socket: (numa id, first core index, cores).
@@ -117,11 +143,12 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
             }
         })
         .collect();
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
     for (i, (acc, file)) in exported.iter().enumerate() {
         let ty = gres_type(acc);
-        *counts.entry(ty.clone()).or_default() += 1;
-        let mut line = format!("NodeName={} Name=gpu Type={ty} File={file}", node.name);
+        let name = gres_name(acc);
+        *counts.entry((name.clone(), ty.clone())).or_default() += 1;
+        let mut line = format!("NodeName={} Name={name} Type={ty} File={file}", node.name);
         if let Some(&(_, first, n)) = acc.numa_node.and_then(|id| sockets.iter().find(|s| s.0 == id)) {
             line += &format!(" Cores={}", range(first, n));
         }
@@ -147,7 +174,7 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
         line += &format!(" RealMemory={}", memory >> 20);
     }
     if !counts.is_empty() {
-        let gres: Vec<String> = counts.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
+        let gres: Vec<String> = counts.iter().map(|((name, t), n)| format!("{name}:{t}:{n}")).collect();
         line += &format!(" Gres={}", gres.join(","));
     }
     files.nodes_conf += &line;

@@ -5,14 +5,15 @@
 
 mod cpuset;
 mod machine;
+mod name;
 mod path;
 mod pci;
 mod sku;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use machine::{
-    Accelerator, Domain, DomainKind, HostInfo, Link, LinkKind, Machine, Nic, NumaNode, Partition, PciNode, PciNodeKind,
-    Vocabulary, Warning, SCHEMA_VERSION,
+    Accelerator, Domain, DomainKind, HostInfo, Link, LinkKind, LinkKindInfo, Machine, Name, Nic, NumaNode, Partition,
+    PciNode, PciNodeKind, Vocabulary, Warning, SCHEMA_VERSION,
 };
 pub use path::{Endpoint, PathClass, PathClassifier};
 pub use pci::{PciAddr, PciAddrError, PciClass, PciId, PciLink};

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::name::{LinkKind, Name};
 use crate::{CpuSet, PciAddr, PciClass, PciId, PciLink};
 
 /// Version of the JSON shape of [`Machine`]; bumped on any incompatible change (see docs/schema.md).
@@ -22,6 +23,9 @@ pub struct Machine {
     pub accelerators: Vec<Accelerator>,
     pub nics: Vec<Nic>,
     pub links: Vec<Link>,
+    /// How each kind in `links` is shown (its plugin's [`LinkKindInfo`]), one entry per kind.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub link_kinds: Vec<LinkKindInfo>,
     pub domains: Vec<Domain>,
     pub warnings: Vec<Warning>,
     /// Platform facts that are not devices, links or domains, as `namespace.key` = value:
@@ -29,6 +33,11 @@ pub struct Machine {
     /// sets one documents it (docs/schema.md).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, String>,
+    /// Kubernetes node labels in each family's own scheme (GPU Feature Discovery's
+    /// `nvidia.com/gpu.*`, GKE's TPU labels, an external plugin's), from the plugins that found
+    /// the devices; `accel labels --format k8s` and the NFD export add them to accel's own.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub k8s_labels: BTreeMap<String, String>,
 }
 
 impl Machine {
@@ -41,10 +50,22 @@ impl Machine {
             accelerators: Vec::new(),
             nics: Vec::new(),
             links: Vec::new(),
+            link_kinds: Vec::new(),
             domains: Vec::new(),
             warnings: Vec::new(),
             attributes: BTreeMap::new(),
+            k8s_labels: BTreeMap::new(),
         }
+    }
+
+    /// How links of `kind` are shown: the declared [`LinkKindInfo`], else the kind in capitals.
+    pub fn link_kind(&self, kind: LinkKind) -> LinkKindInfo {
+        self.link_kinds.iter().find(|i| i.kind == kind).cloned().unwrap_or_else(|| LinkKindInfo {
+            kind,
+            short: kind.default_short(),
+            name: kind.as_str().to_owned(),
+            gbps_per_link: None,
+        })
     }
 
     pub fn pci_node(&self, id: &str) -> Option<&PciNode> {
@@ -234,6 +255,9 @@ pub struct Vocabulary {
     /// The environment variable that confines a process to a set of these devices.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub visibility_env: Option<String>,
+    /// What joins several devices' values in `visibility_env`: `,` when absent.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub visibility_separator: Option<String>,
     /// The values this device contributes to `visibility_env`: its index, a UUID, a Gaudi module
     /// id, a NeuronCore range (`8-15`). Empty means the index.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
@@ -254,6 +278,10 @@ pub struct Vocabulary {
     /// The Kubernetes extended resource of the vendor's device plugin (`nvidia.com/gpu`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub k8s_resource: Option<String>,
+    /// Slurm's gres name for the device (`gres.conf` `Name=`): `gpu` for GPUs; the device kind
+    /// when absent.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub slurm_gres: Option<String>,
     /// The device files under `/dev` the driver creates for this device, its own node first
     /// (`/dev/nvidia0`, `/dev/dri/renderD128`); Slurm's `gres.conf` `File=` is the first. Set per
     /// device by the plugin that found it; empty when the plugin does not know them.
@@ -282,12 +310,28 @@ impl Vocabulary {
         text(&mut self.kind, &defaults.kind);
         text(&mut self.label, &defaults.label);
         opt(&mut self.visibility_env, &defaults.visibility_env);
+        opt(&mut self.visibility_separator, &defaults.visibility_separator);
         list(&mut self.isolation, &defaults.isolation);
         opt(&mut self.ray_resource, &defaults.ray_resource);
         opt(&mut self.ray_units, &defaults.ray_units);
         list(&mut self.ray_managed_env, &defaults.ray_managed_env);
         opt(&mut self.ray_accelerator_type, &defaults.ray_accelerator_type);
         opt(&mut self.k8s_resource, &defaults.k8s_resource);
+        opt(&mut self.slurm_gres, &defaults.slurm_gres);
+    }
+
+    /// What joins several devices' values in the visibility variable.
+    pub fn separator(&self) -> &str {
+        self.visibility_separator.as_deref().unwrap_or(",")
+    }
+
+    /// Slurm's gres name: the plugin's, else the device kind, else `accel`.
+    pub fn gres_name(&self) -> &str {
+        match (&self.slurm_gres, self.kind.as_str()) {
+            (Some(g), _) => g,
+            (None, "") => "accel",
+            (None, k) => k,
+        }
     }
 
     /// The label prefix, `ACC` for a device whose plugin named none.
@@ -331,48 +375,30 @@ pub struct Nic {
     pub numa_node: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LinkKind {
-    /// Direct NVLink between two GPUs.
-    Nvlink,
-    /// NVLink through NVSwitch chips (HGX, NVL72).
-    Nvswitch,
-    /// AMD Infinity Fabric (xGMI).
-    Xgmi,
-    /// Google TPU inter-chip interconnect.
-    Ici,
-    /// AWS NeuronLink.
-    Neuronlink,
-    /// Scale-up RoCE ports integrated in the device (Intel Gaudi).
-    Roce,
-    /// Chip-to-chip coherent link (NVLink-C2C, or two dies of one package).
-    C2c,
-    /// Intel Xe Link.
-    Xelink,
-    /// Groq chip-to-chip.
-    GroqC2c,
+/// How the links of one kind are shown and valued: a plugin declares one for every kind it
+/// reports, and `accel topo`'s legend and matrix are built from these, so a new kind needs no
+/// change to accel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkKindInfo {
+    pub kind: LinkKind,
+    /// The matrix tag before the link count (`NV` gives `NV18`): at most 8 printable characters.
+    pub short: Name,
+    /// What the legend says of it: `NVLink through NVSwitch`.
+    pub name: String,
+    /// Nominal GB/s of one link (both directions), for a link of this kind that reports no
+    /// bandwidth of its own.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub gbps_per_link: Option<f64>,
 }
 
-impl LinkKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkKind::Nvlink => "nvlink",
-            LinkKind::Nvswitch => "nvswitch",
-            LinkKind::Xgmi => "xgmi",
-            LinkKind::Ici => "ici",
-            LinkKind::Neuronlink => "neuronlink",
-            LinkKind::Roce => "roce",
-            LinkKind::C2c => "c2c",
-            LinkKind::Xelink => "xelink",
-            LinkKind::GroqC2c => "groq_c2c",
+impl LinkKindInfo {
+    pub fn new(kind: LinkKind, short: &str, name: &str) -> LinkKindInfo {
+        LinkKindInfo {
+            kind,
+            short: Name::new(short).filter(|_| short.len() <= 8).unwrap_or_else(|| kind.default_short()),
+            name: name.to_owned(),
+            gbps_per_link: None,
         }
-    }
-}
-
-impl fmt::Display for LinkKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

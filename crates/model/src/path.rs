@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use crate::{LinkKind, Machine, PciAddr, PciNodeKind};
+use crate::{LinkKind, Machine, Name, PciAddr, PciNodeKind};
 
 /// A device the classifier can place: an accelerator or a NIC, by index into the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,7 +21,7 @@ pub enum PathClass {
     /// The same device (`X`).
     SelfPath,
     /// A direct scale-up link, `count` bonded (`NV18`, `XGMI1`, `ICI1`...).
-    Link { kind: LinkKind, count: u32 },
+    Link { short: Name, count: u32 },
     /// Through at most one PCIe switch.
     Pix,
     /// Through several PCIe switches, without crossing a host bridge.
@@ -57,19 +57,7 @@ impl fmt::Display for PathClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = match self {
             PathClass::SelfPath => "X".to_owned(),
-            PathClass::Link { kind, count } => {
-                let prefix = match kind {
-                    LinkKind::Nvlink | LinkKind::Nvswitch => "NV",
-                    LinkKind::Xgmi => "XGMI",
-                    LinkKind::Ici => "ICI",
-                    LinkKind::Neuronlink => "NL",
-                    LinkKind::Roce => "ROCE",
-                    LinkKind::C2c => "C2C",
-                    LinkKind::Xelink => "XL",
-                    LinkKind::GroqC2c => "GC",
-                };
-                format!("{prefix}{count}")
-            }
+            PathClass::Link { short, count } => format!("{short}{count}"),
             PathClass::Pix => "PIX".to_owned(),
             PathClass::Pxb => "PXB".to_owned(),
             PathClass::Phb => "PHB".to_owned(),
@@ -100,7 +88,7 @@ struct Chain {
 pub struct PathClassifier<'m> {
     machine: &'m Machine,
     chains: HashMap<PciAddr, Chain>,
-    links: HashMap<(usize, usize), (LinkKind, u32)>,
+    links: HashMap<(usize, usize), (Name, u32)>,
 }
 
 impl<'m> PathClassifier<'m> {
@@ -131,13 +119,15 @@ impl<'m> PathClassifier<'m> {
         }
         let acc_index: HashMap<&str, usize> =
             machine.accelerators.iter().enumerate().map(|(i, a)| (a.id.as_str(), i)).collect();
-        let mut links: HashMap<(usize, usize), (LinkKind, u32)> = HashMap::new();
+        let mut shorts: HashMap<LinkKind, Name> = HashMap::new();
+        let mut links: HashMap<(usize, usize), (Name, u32)> = HashMap::new();
         for link in &machine.links {
             let (Some(&a), Some(&b)) = (acc_index.get(link.a.as_str()), acc_index.get(link.b.as_str())) else {
                 continue;
             };
             let key = (a.min(b), a.max(b));
-            let candidate = (link.kind, link.count);
+            let short = *shorts.entry(link.kind).or_insert_with(|| machine.link_kind(link.kind).short);
+            let candidate = (short, link.count);
             let better = match links.get(&key) {
                 Some(&(_, count)) => link.count > count,
                 None => true,
@@ -154,8 +144,8 @@ impl<'m> PathClassifier<'m> {
             return PathClass::SelfPath;
         }
         if let (Endpoint::Accelerator(x), Endpoint::Accelerator(y)) = (a, b) {
-            if let Some(&(kind, count)) = self.links.get(&(x.min(y), x.max(y))) {
-                return PathClass::Link { kind, count };
+            if let Some(&(short, count)) = self.links.get(&(x.min(y), x.max(y))) {
+                return PathClass::Link { short, count };
             }
         }
         let (pci_a, numa_a) = self.locate(a);
@@ -289,16 +279,21 @@ mod tests {
         m.links = vec![Link {
             a: "x-0000:41:00.0".into(),
             b: "x-0000:81:00.0".into(),
-            kind: LinkKind::Nvlink,
+            kind: LinkKind::new("nvlink"),
             count: 4,
             gbps: None,
         }];
+        m.link_kinds = vec![crate::LinkKindInfo::new(LinkKind::new("nvlink"), "NV", "NVLink")];
         m
     }
 
     #[test]
     fn classes() {
-        let m = machine();
+        let mut m = machine();
+        // A kind its plugin did not describe shows in capitals.
+        let undescribed = std::mem::take(&mut m.link_kinds);
+        assert_eq!(PathClassifier::new(&m).matrix()[3][4].to_string(), "NVLINK4");
+        m.link_kinds = undescribed;
         let c = PathClassifier::new(&m);
         let got: Vec<String> =
             c.matrix().iter().map(|row| row.iter().map(|p| format!("{p:>4}")).collect::<Vec<_>>().join(" ")).collect();

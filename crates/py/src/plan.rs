@@ -1,7 +1,7 @@
 //! Placement from Python: a `Planner` over a cluster (JSON in, JSON out), the visibility
 //! environment of a device set (the discovery plugins' `isolate`), and the embedded samples.
 
-use accel_discover::{default_plugins, isolate};
+use accel_discover::{isolate, plugins_with_external};
 use accel_model::Machine;
 use accel_plan::{Cluster, PlanError, Request};
 use pyo3::prelude::*;
@@ -85,23 +85,28 @@ impl PyPlanner {
     }
 }
 
-/// The environment variables that confine a worker to `ids` of `machine` (per plugin).
+/// The environment variables that confine a worker to `ids` of `machine`, in that order: each
+/// device's plugin's `isolate` (built-in, or external on `ACCEL_PLUGIN_DIR`/`PATH`), merged, with
+/// Ray's own rewriting switched off (`accel_discover::isolate`, as `accel plan` prints it).
 #[pyfunction]
 fn isolate_env(machine_json: &str, ids: Vec<String>) -> PyResult<std::collections::BTreeMap<String, String>> {
     let machine: Machine = parse(machine_json, "machine")?;
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    Ok(isolate(&default_plugins(), &machine, &ids).env)
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let (plugins, _) = plugins_with_external(&accel_discover::exec::ExecOptions::from_env(&env));
+    Ok(isolate(&plugins, &machine, &ids).env)
 }
 
-/// `ray start` labels and per-device resources of a machine (`accel_discover::export`), as
-/// `(labels, resources)`.
+/// `ray start` labels, custom resources and GPU count of a machine (`accel_discover::export`),
+/// as `(labels, resources, num_gpus)`.
 #[pyfunction]
+#[allow(clippy::type_complexity)]
 fn ray_node(
     machine_json: &str,
-) -> PyResult<(std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, f64>)> {
+) -> PyResult<(std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, f64>, f64)> {
     let machine: Machine = parse(machine_json, "machine")?;
     let node = accel_discover::export::ray_labels(&machine);
-    Ok((node.labels, node.resources))
+    Ok((node.labels, node.resources, node.num_gpus))
 }
 
 /// Names of the embedded sample machines.

@@ -68,35 +68,22 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
 
     The labels and per-device resources are discovery's (`accel labels --format ray`), plus
     `accel.io/node=<name>` and the planner labels given (`{"rack": "r1"}` -> `accel.io/rack=r1`);
-    the resources add Ray's own device-kind counts for every other kind, in the units each
-    device's plugin gives (a Neuron device counts its cores).
+    the resources and `num_gpus` hold each plugin's own Ray resource in the units it gives (a
+    Neuron device counts its cores), computed once in `accel_discover::export::ray_labels`.
     """
-    base_labels, base_resources = _native.ray_node(json.dumps(machine))
-    resources: dict[str, float] = dict(base_resources)
-    num_gpus = 0
-    for acc in machine.get("accelerators", []):
-        kind = ray_resource(acc)
-        if kind == "GPU":
-            num_gpus += int(ray_units(acc))
-        elif kind is not None:
-            resources[kind] = resources.get(kind, 0) + ray_units(acc)
+    base_labels, resources, num_gpus = _native.ray_node(json.dumps(machine))
     out_labels = dict(base_labels)
     for key, value in (labels or {}).items():
         out_labels[LABEL_PREFIX + key.replace("_", "-")] = _label_value(value)
     out_labels[NODE_LABEL] = _label_value(name)
-    return {"num_gpus": num_gpus, "resources": resources, "labels": out_labels}
+    return {"num_gpus": int(num_gpus), "resources": dict(resources), "labels": out_labels}
 
 
 def visibility_env(machine: dict[str, Any], device_ids: list[str]) -> dict[str, str]:
     """The environment that confines a worker to `device_ids` (in that order), with the
     `RAY_EXPERIMENTAL_NOSET_*` switch for every variable Ray could otherwise rewrite for those
     devices' Ray kind (all three GPU variables for `GPU`)."""
-    env = dict(_native.isolate_env(json.dumps(machine), list(device_ids)))
-    by_id = {a["id"]: a for a in machine.get("accelerators", [])}
-    for dev_id in device_ids:
-        for var in _vocabulary(by_id[dev_id]).get("ray_managed_env", []):
-            env[f"RAY_EXPERIMENTAL_NOSET_{var}"] = "1"
-    return env
+    return dict(_native.isolate_env(json.dumps(machine), list(device_ids)))
 
 
 # --- the cluster as Ray sees it ---------------------------------------------------------------

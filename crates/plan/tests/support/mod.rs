@@ -176,7 +176,7 @@ pub fn build(spec: &Spec) -> Machine {
         .iter()
         .map(|&(a, b, gbps)| {
             let (a, b) = (id(a.min(b)), id(a.max(b)));
-            Link { a, b, kind: LinkKind::Nvlink, count: 1, gbps: Some(gbps) }
+            Link { a, b, kind: LinkKind::new("nvlink"), count: 1, gbps: Some(gbps) }
         })
         .collect();
     m.links = links;

@@ -1,0 +1,132 @@
+//! An external plugin for a family accel does not know (the example Huawei Ascend plugin,
+//! examples/plugins/ascend, written from docs/plugin-protocol.md) reaches every output a
+//! built-in family reaches, with no change to accel: `topo` with its own link kind, `discover`,
+//! Ray labels with its resource and units, `plan` with the environment from its own `isolate`,
+//! Kubernetes labels, DRA and NFD, and Slurm gres under its own name.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use accel_testdata::TempDir;
+
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/plugins/ascend")
+}
+
+fn accel(args: &[&str], plugin_dir: Option<&std::path::Path>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_accel"));
+    cmd.args(args).env_remove("ACCEL_SKU_DIR").env_remove("ACCEL_PLUGIN_DIR");
+    if let Some(dir) = plugin_dir {
+        cmd.env("ACCEL_PLUGIN_DIR", dir);
+    }
+    cmd.output().unwrap()
+}
+
+fn stdout(out: Output) -> String {
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn capture() -> String {
+    example().join("capture").to_str().unwrap().to_owned()
+}
+
+#[test]
+fn topo_shows_its_own_link_kind() {
+    let topo = stdout(accel(&["topo", "--root", &capture()], Some(&example())));
+    assert!(topo.contains("HCCS1"), "{topo}");
+    assert!(topo.contains("HCCS# = Huawei Cache Coherence System (HCCS)"), "{topo}");
+    // No legend line for kinds this machine does not have.
+    assert!(!topo.contains("NV#") && !topo.contains("XGMI#"), "{topo}");
+    let m: serde_json::Value =
+        serde_json::from_str(&stdout(accel(&["discover", "--root", &capture(), "--json"], Some(&example())))).unwrap();
+    assert_eq!(m["links"].as_array().unwrap().len(), 28, "8 NPUs, every pair");
+    assert_eq!(m["link_kinds"][0]["kind"], "hccs");
+    assert_eq!(m["k8s_labels"]["accelerator"], "huawei-Ascend910");
+}
+
+#[test]
+fn ray_and_kubernetes_labels_carry_its_resource_and_labels() {
+    let ray = stdout(accel(&["labels", "--root", &capture()], Some(&example())));
+    assert!(ray.contains("\"NPU\":8.0") && ray.contains("accel.io/scaleup-kind=hccs"), "{ray}");
+    assert!(!ray.contains("--num-gpus"), "NPUs are not Ray GPUs: {ray}");
+    let k8s = stdout(accel(&["labels", "--root", &capture(), "--format", "k8s"], Some(&example())));
+    assert!(k8s.contains("accelerator=huawei-Ascend910"), "{k8s}");
+    let dir = TempDir::new("external-nfd");
+    let file = dir.path().join("accel");
+    stdout(accel(&["export", "nfd", "--root", &capture(), "--output", file.to_str().unwrap()], Some(&example())));
+    let nfd = std::fs::read_to_string(&file).unwrap();
+    assert!(nfd.contains("accelerator=huawei-Ascend910") && nfd.contains("accel.io/accelerator-count=8"), "{nfd}");
+    let dra = stdout(accel(&["export", "dra", "--root", &capture()], Some(&example())));
+    assert_eq!(dra.matches("string: Huawei Ascend 910B").count(), 8, "{dra}");
+    assert_eq!(dra.matches("string: hccs").count(), 8, "its scale-up island, by its own kind: {dra}");
+}
+
+/// A cluster file of two Atlas nodes discovered through the plugin.
+fn cluster(dir: &TempDir) -> PathBuf {
+    let m: serde_json::Value =
+        serde_json::from_str(&stdout(accel(&["discover", "--root", &capture(), "--json"], Some(&example())))).unwrap();
+    let path = dir.path().join("cluster.json");
+    let nodes = serde_json::json!({"nodes": [{"name": "atlas-0", "machine": m}, {"name": "atlas-1", "machine": m}]});
+    std::fs::write(&path, nodes.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn plan_prints_the_environment_from_the_plugins_own_isolate() {
+    let dir = TempDir::new("external-plan");
+    let cluster = cluster(&dir);
+    let request = dir.path().join("request.json");
+    std::fs::write(&request, r#"{"bundles": [{"count": 4, "dtypes": ["bf16"]}]}"#).unwrap();
+    let args = ["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap()];
+    let placed: serde_json::Value =
+        serde_json::from_str(&stdout(accel(&[&args[..], &["--json"]].concat(), Some(&example())))).unwrap();
+    let bundle = &placed["bundles"][0];
+    let ids: Vec<String> = bundle["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["label"].as_str().unwrap().trim_start_matches("NPU").to_owned())
+        .collect();
+    assert_eq!(bundle["env"]["ASCEND_RT_VISIBLE_DEVICES"], ids.join(","), "{placed}");
+    assert_eq!(bundle["env"]["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"], "1", "{placed}");
+    let human = stdout(accel(&args, Some(&example())));
+    assert!(human.contains(&format!("env: ASCEND_RT_VISIBLE_DEVICES={}", ids.join(","))), "{human}");
+
+    // The plugin, not accel, decides the value: a copy whose `isolate` answers differently wins.
+    let other = TempDir::new("external-plan-plugin");
+    let script = std::fs::read_to_string(example().join("accel-plugin-ascend")).unwrap();
+    let patched = script.replace(
+        "answer = {\"protocol\": PROTOCOL, \"env\": {VOCABULARY[\"visibility_env\"]: \",\".join(ids)}}",
+        "answer = {\"protocol\": PROTOCOL, \"env\": {VOCABULARY[\"visibility_env\"]: \";\".join(reversed(ids))}}",
+    );
+    assert_ne!(patched, script, "the example's isolate line moved; update this test");
+    let path = other.path().join("accel-plugin-ascend");
+    std::fs::write(&path, patched).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let placed: serde_json::Value =
+        serde_json::from_str(&stdout(accel(&[&args[..], &["--json"]].concat(), Some(other.path())))).unwrap();
+    let reversed: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(placed["bundles"][0]["env"]["ASCEND_RT_VISIBLE_DEVICES"], reversed.join(";"), "{placed}");
+
+    // Without the plugin on this host, the model's values stand in, and a warning says so.
+    let out = accel(&args, None);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("plugin ascend not found here"), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("ASCEND_RT_VISIBLE_DEVICES={}", ids.join(","))));
+}
+
+#[test]
+fn slurm_gres_under_its_own_name() {
+    let dir = TempDir::new("external-slurm");
+    let cluster = cluster(&dir);
+    let out = dir.path().join("slurm");
+    stdout(accel(
+        &["export", "slurm", "--cluster", cluster.to_str().unwrap(), "--out-dir", out.to_str().unwrap()],
+        Some(&example()),
+    ));
+    let gres = std::fs::read_to_string(out.join("gres.conf")).unwrap();
+    assert!(gres.contains("NodeName=atlas-0 Name=npu Type=ascend910b File=/dev/davinci0"), "{gres}");
+    assert!(!gres.contains("Name=gpu"), "{gres}");
+    let nodes = std::fs::read_to_string(out.join("nodes.conf")).unwrap();
+    assert!(nodes.contains("GresTypes=npu") && nodes.contains("Gres=npu:ascend910b:8"), "{nodes}");
+}
