@@ -124,7 +124,7 @@ impl Vendor for Amd {
             "GPU",
             Some("HIP_VISIBLE_DEVICES"),
             Some("GPU"),
-            &crate::plugin::RAY_GPU_ENV,
+            &["HIP_VISIBLE_DEVICES"],
             Some("amd.com/gpu"),
         )
     }
@@ -253,8 +253,13 @@ impl Vendor for Amd {
                 let compute_units = (n.get("simd_per_cu") > 0)
                     .then(|| n.get("simd_count") / n.get("simd_per_cu"))
                     .and_then(|c| u32::try_from(c).ok());
-                acc.partition =
-                    Some(Partition { physical_id: format!("amd-{physical_addr}"), index: *k, mode, compute_units });
+                acc.partition = Some(Partition {
+                    physical_id: format!("amd-{physical_addr}"),
+                    index: *k,
+                    mode,
+                    compute_units,
+                    own_ordinal: true,
+                });
                 *k += 1;
             }
             acc.pci = Some(physical_addr);

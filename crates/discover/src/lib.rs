@@ -123,6 +123,7 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
         });
     }
     add_missing_functions(&mut machine);
+    share_ray_managed_env(&mut machine, plugins);
     assign_indices(&mut machine);
     fill_isolation(&mut machine, plugins);
     machine
@@ -151,6 +152,46 @@ pub fn discover_all(host: &Host, options: &exec::ExecOptions) -> Machine {
     let mut machine = discover(host, &plugins);
     machine.warnings.extend(warnings);
     machine
+}
+
+/// Ray picks one manager per resource by probing the node (for `GPU`: NVIDIA's, AMD's or
+/// Intel's), so any plugin's variable for that resource may be the one Ray rewrites. Every
+/// device therefore lists, in `ray_managed_env`, the variables of every plugin (and device)
+/// that shares its Ray resource, in plugin order, and accel switches them all off when it
+/// sets visibility.
+fn share_ray_managed_env(machine: &mut Machine, plugins: &[Box<dyn Vendor>]) {
+    let mut shared: Vec<(String, Vec<String>)> = Vec::new();
+    let mut add = |resource: &str, vars: &[String]| {
+        let i = match shared.iter().position(|(r, _)| r == resource) {
+            Some(i) => i,
+            None => {
+                shared.push((resource.to_owned(), Vec::new()));
+                shared.len() - 1
+            }
+        };
+        for v in vars {
+            if !shared[i].1.contains(v) {
+                shared[i].1.push(v.clone());
+            }
+        }
+    };
+    for plugin in plugins {
+        let v = plugin.vocabulary();
+        if let Some(r) = &v.ray_resource {
+            add(r, &v.ray_managed_env);
+        }
+    }
+    for acc in &machine.accelerators {
+        if let Some(r) = &acc.vocabulary.ray_resource {
+            add(r, &acc.vocabulary.ray_managed_env);
+        }
+    }
+    for acc in &mut machine.accelerators {
+        let Some(r) = &acc.vocabulary.ray_resource else { continue };
+        if let Some((_, vars)) = shared.iter().find(|(s, _)| s == r) {
+            acc.vocabulary.ray_managed_env.clone_from(vars);
+        }
+    }
 }
 
 /// Describes each kind the machine's links use, by the first plugin that declared it, and gives
@@ -258,11 +299,12 @@ pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> 
 /// Orders accelerators by vendor and PCI address (partitions by their index) and numbers them
 /// within each vendor, the order `CUDA_DEVICE_ORDER=PCI_BUS_ID` and its kin use.
 ///
-/// An NVIDIA MIG device is not a CUDA ordinal (CUDA selects it by UUID), so a GPU split into
-/// MIG devices still takes one ordinal, and whole GPUs after it keep their real CUDA numbers;
-/// the MIG devices are numbered after every physical GPU of the node, so that each index stays
-/// unique (per-device Ray resources are named by it). AMD CPX/DPX partitions are devices of
-/// their own to HIP and are numbered in place.
+/// A partition the runtime selects by UUID only (`own_ordinal` false: MIG) is not an ordinal, so
+/// a device split into such partitions still takes one ordinal, and whole devices after it keep
+/// their real numbers; those partitions are numbered after every physical device of their
+/// vendor on the node, so that each index stays unique (per-device Ray resources are named by
+/// it). Partitions that are devices of their own to the runtime (AMD CPX/DPX) are numbered in
+/// place.
 fn assign_indices(machine: &mut Machine) {
     machine.accelerators.sort_by(|a, b| {
         let key = |x: &accel_model::Accelerator| {
@@ -270,12 +312,12 @@ fn assign_indices(machine: &mut Machine) {
         };
         key(a).cmp(&key(b))
     });
-    let is_mig = |a: &accel_model::Accelerator| a.partition.as_ref().is_some_and(|p| p.mode.starts_with("MIG"));
+    let by_uuid = |a: &accel_model::Accelerator| a.partition.as_ref().is_some_and(|p| !p.own_ordinal);
     let mut ordinals = std::collections::HashMap::<String, u32>::new();
     let mut last_physical = std::collections::HashMap::<String, String>::new();
     for acc in machine.accelerators.iter_mut() {
         let physical = match &acc.partition {
-            Some(p) if p.mode.starts_with("MIG") => p.physical_id.clone(),
+            Some(p) if !p.own_ordinal => p.physical_id.clone(),
             _ => acc.id.clone(),
         };
         let n = ordinals.entry(acc.vendor.clone()).or_default();
@@ -285,9 +327,9 @@ fn assign_indices(machine: &mut Machine) {
         }
         acc.index = *n - 1;
     }
-    let mut next_mig = ordinals;
-    for acc in machine.accelerators.iter_mut().filter(|a| is_mig(a)) {
-        let n = next_mig.get_mut(&acc.vendor).expect("counted above");
+    let mut next = ordinals;
+    for acc in machine.accelerators.iter_mut().filter(|a| by_uuid(a)) {
+        let n = next.get_mut(&acc.vendor).expect("counted above");
         acc.index = *n;
         *n += 1;
     }

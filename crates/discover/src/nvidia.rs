@@ -50,7 +50,7 @@ impl Vendor for Nvidia {
             "GPU",
             Some("CUDA_VISIBLE_DEVICES"),
             Some("GPU"),
-            &crate::plugin::RAY_GPU_ENV,
+            &["CUDA_VISIBLE_DEVICES"],
             Some("nvidia.com/gpu"),
         )
     }
@@ -357,6 +357,8 @@ fn mig_partitions(parent: &Accelerator, dev: &NvmlDevice, warnings: &mut Vec<War
             index: mig.index,
             mode: mig.profile_name().map_or_else(|| "MIG".to_owned(), |p| format!("MIG {p}")),
             compute_units: None,
+            // CUDA selects a MIG device by UUID; it is not a CUDA ordinal.
+            own_ordinal: false,
         });
         out.push(acc);
     }

@@ -22,7 +22,7 @@ impl Vendor for IntelGpu {
             "GPU",
             Some("ZE_AFFINITY_MASK"),
             Some("GPU"),
-            &crate::plugin::RAY_GPU_ENV,
+            &["ZE_AFFINITY_MASK"],
             Some("gpu.intel.com/i915"),
         )
     }

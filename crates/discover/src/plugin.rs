@@ -57,10 +57,6 @@ pub trait Vendor: Send + Sync {
     }
 }
 
-/// The variables Ray 2.60 may set for its `GPU` resource: it picks its NVIDIA, AMD or Intel
-/// manager by probing the node, so accel switches every one of them off when it sets visibility.
-pub const RAY_GPU_ENV: [&str; 3] = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"];
-
 /// A vocabulary with the common fields: `kind`, `label`, the visibility variable, Ray's resource
 /// (one unit per device) and the variables Ray manages for it, and the Kubernetes resource.
 pub fn vocabulary(

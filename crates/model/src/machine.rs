@@ -354,6 +354,20 @@ pub struct Partition {
     /// Compute units (AMD CUs) of this partition alone, when the driver says.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub compute_units: Option<u32>,
+    /// Whether the runtime numbers this partition as a device of its own (AMD CPX/DPX: HIP
+    /// ordinals). `false` for a partition the runtime selects by UUID only (MIG), which keeps
+    /// its physical device's ordinal out of the way: discovery numbers it after every whole
+    /// device of its vendor.
+    #[serde(skip_serializing_if = "is_true", default = "yes")]
+    pub own_ordinal: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A network interface on PCI: a netdev, an RDMA device, or both on one function.
