@@ -130,3 +130,58 @@ fn slurm_gres_under_its_own_name() {
     let nodes = std::fs::read_to_string(out.join("nodes.conf")).unwrap();
     assert!(nodes.contains("GresTypes=npu") && nodes.contains("Gres=npu:ascend910b:8"), "{nodes}");
 }
+
+/// One HTTP/1.0 GET to the agent; the body.
+fn get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n").map(|x| x.1.to_owned()).unwrap_or_default()
+}
+
+#[test]
+fn agent_metrics_come_from_its_own_metrics_verb() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_accel"))
+        .args(["agent", "--root", &capture(), "--listen", "127.0.0.1:0", "--interval", "1"])
+        .env("ACCEL_PLUGIN_DIR", example())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        if log.read_line(&mut line).unwrap_or(0) == 0 {
+            let _ = child.kill();
+            panic!("the agent exited before serving");
+        }
+        if let Some(rest) = line.trim().strip_prefix("accel agent: serving http://") {
+            break rest.trim_end_matches('/').to_owned();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+    // The first sample may still be running; wait for the NPU series (bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let metrics = loop {
+        let m = get(&addr, "/metrics");
+        if m.contains("0000:04:00.0") || std::time::Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    // The recorded `npu-smi info` (examples/plugins/ascend/README.md): NPU 0 drew 105.8 W.
+    let power: Vec<&str> = metrics.lines().filter(|l| l.contains("power") && l.contains("0000:04:00.0")).collect();
+    assert!(power.iter().any(|l| l.ends_with(" 105.8")), "{metrics}");
+    assert!(metrics.lines().any(|l| l.contains("0000:44:00.0") && !l.starts_with('#')), "{metrics}");
+    assert!(
+        !metrics.lines().any(|l| l.contains("power") && l.contains("0000:45:00.0")),
+        "no reading for NPU 3 was recorded: {metrics}"
+    );
+}

@@ -29,8 +29,15 @@ def main() -> None:
             n += 1
     c.file("/dev/davinci_manager", "")
     out = os.path.join(HERE, "capture")
+    # The real `npu-smi info` recording (README.md) survives a rewrite of the synthetic tree.
+    recording = os.path.join(out, "accel", "npu-smi-info.txt")
+    kept = open(recording, encoding="utf-8").read() if os.path.exists(recording) else None
     shutil.rmtree(out, ignore_errors=True)
     c.write_tree(out)
+    if kept is not None:
+        os.makedirs(os.path.dirname(recording), exist_ok=True)
+        with open(recording, "w", encoding="utf-8") as f:
+            f.write(kept)
 
 
 if __name__ == "__main__":
