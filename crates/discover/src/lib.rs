@@ -6,6 +6,7 @@
 //! machine's report, never a panic.
 
 pub mod amd;
+mod assemble;
 pub mod capture;
 pub mod conformance;
 pub mod exec;
@@ -34,6 +35,7 @@ pub mod tpu;
 pub mod validate;
 
 pub use amd::Amd;
+pub use assemble::{discover, discover_all};
 pub use gaudi::Gaudi;
 pub use generic::GenericPci;
 pub use host::{Host, NetConfig};
@@ -41,302 +43,16 @@ pub use neuron::Neuron;
 pub use nvidia::Nvidia;
 pub use others::{Groq, IntelGpu};
 pub use platform::Platform;
-pub use plugin::{in_process, isolate_by_index, isolate_from_model, pci_accelerator, Isolation, Report, Vendor};
+pub use plugin::{
+    in_process, isolate, isolate_by_index, isolate_from_model, pci_accelerator, Isolation, Report, Vendor,
+};
 pub use plugin_list::{default_plugins, plugins_with_external};
 pub use skufiles::{load_registry, SkuLoadError};
 pub use source::{OpenError, OpenOptions, Source};
 pub use tpu::Tpu;
-
-use std::collections::BTreeMap;
-
-use accel_model::Machine;
 
 /// The optional cargo features this build of discovery has (`accel --version` prints them).
 pub const FEATURES: &[&str] = &[
     #[cfg(feature = "nvml")]
     "nvml",
 ];
-
-/// Discovers one machine: the host layer first, then each plugin in order.
-/// A plugin sees what the host layer and earlier plugins found. Every report, built-in or
-/// external, passes the same checks before it enters the machine ([`validate`]): bounded
-/// sizes, control characters escaped, unique ids, one plugin per PCI function, and links
-/// between devices that exist, agreed by the plugins of both ends.
-pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
-    let mut machine = linux::read_platform(host);
-    let mut unusable = std::collections::BTreeSet::new();
-    let mut checker = validate::Checker::default();
-    let mut declared = Vec::new();
-    for plugin in plugins {
-        let mut report = plugin.discover(host, &machine);
-        unusable.extend(std::mem::take(&mut report.unusable));
-        let usable = |a: &accel_model::Accelerator| !a.pci.is_some_and(|p| unusable.contains(&p));
-        report.accelerators.retain(usable);
-        let vocabulary = plugin.vocabulary();
-        for acc in &mut report.accelerators {
-            acc.vocabulary.fill_from(&vocabulary);
-        }
-        if report.link_kinds.is_empty() {
-            report.link_kinds = plugin.link_kinds();
-        }
-        checker.accept(plugin.id(), &mut report);
-        machine.accelerators.extend(report.accelerators);
-        machine.domains.extend(report.domains);
-        machine.warnings.extend(report.warnings);
-        machine.attributes.extend(report.attributes);
-        machine.k8s_labels.extend(report.k8s_labels);
-        declared.extend(report.link_kinds);
-        let mine: Vec<&accel_model::Accelerator> =
-            machine.accelerators.iter().filter(|a| a.plugin == plugin.id()).collect();
-        let own = if mine.is_empty() { BTreeMap::new() } else { plugin.k8s_labels(&machine, &mine) };
-        for (k, v) in own {
-            match validate::check_k8s_label(&k, &v) {
-                Ok(()) => {
-                    machine.k8s_labels.insert(k, v);
-                }
-                Err(why) => {
-                    machine.warn(&format!("plugin:{}", plugin.id()), None, format!("Kubernetes label dropped: {why}"))
-                }
-            }
-        }
-    }
-    // Links last: one may name a device of a plugin that ran later.
-    checker.finish(&mut machine);
-    describe_link_kinds(&mut machine, &declared);
-    let all = host.root_escapes();
-    // Name each place once: a path under another listed one adds nothing.
-    let escapes: Vec<String> = all
-        .iter()
-        .filter(|p| !all.iter().any(|q| q != *p && std::path::Path::new(p).starts_with(q)))
-        .cloned()
-        .collect();
-    if !escapes.is_empty() {
-        let shown: Vec<&str> = escapes.iter().take(5).map(String::as_str).collect();
-        let more = if escapes.len() > 5 { format!(" and {} more", escapes.len() - 5) } else { String::new() };
-        machine.warnings.push(accel_model::Warning {
-            source: "host".into(),
-            path: escapes.first().cloned(),
-            message: format!(
-                "symlinks lead out of the root ({}{more}); resolved inside the root, never on this machine",
-                shown.join(", ")
-            ),
-        });
-    }
-    add_missing_functions(&mut machine);
-    share_ray_managed_env(&mut machine, plugins);
-    assign_indices(&mut machine);
-    fill_isolation(&mut machine, plugins);
-    machine
-}
-
-/// Gives every device with a visibility variable its isolation values: what its plugin's
-/// `isolate` puts in that variable for the device alone (its index, a UUID, a module id).
-fn fill_isolation(machine: &mut Machine, plugins: &[Box<dyn Vendor>]) {
-    for i in 0..machine.accelerators.len() {
-        let acc = &machine.accelerators[i];
-        let Some(var) = acc.vocabulary.visibility_env.clone() else { continue };
-        if !acc.vocabulary.isolation.is_empty() {
-            continue;
-        }
-        let Some(plugin) = plugins.iter().find(|p| p.id() == acc.plugin) else { continue };
-        if let Some(value) = plugin.isolate(&[acc]).env.get(&var) {
-            machine.accelerators[i].vocabulary.isolation = value.split(',').map(str::to_owned).collect();
-        }
-    }
-}
-
-/// Discovers with the built-in plugins and the external ones `options` finds
-/// (`accel-plugin-<name>` in `ACCEL_PLUGIN_DIR` or on `PATH`), as the CLI and Python do.
-pub fn discover_all(host: &Host, options: &exec::ExecOptions) -> Machine {
-    let (plugins, warnings) = plugins_with_external(options);
-    let mut machine = discover(host, &plugins);
-    machine.warnings.extend(warnings);
-    machine
-}
-
-/// Ray picks one manager per resource by probing the node (for `GPU`: NVIDIA's, AMD's or
-/// Intel's), so any plugin's variable for that resource may be the one Ray rewrites. Every
-/// device therefore lists, in `ray_managed_env`, the variables of every plugin (and device)
-/// that shares its Ray resource, in plugin order, and accel switches them all off when it
-/// sets visibility.
-fn share_ray_managed_env(machine: &mut Machine, plugins: &[Box<dyn Vendor>]) {
-    let mut shared: Vec<(String, Vec<String>)> = Vec::new();
-    let mut add = |resource: &str, vars: &[String]| {
-        let i = match shared.iter().position(|(r, _)| r == resource) {
-            Some(i) => i,
-            None => {
-                shared.push((resource.to_owned(), Vec::new()));
-                shared.len() - 1
-            }
-        };
-        for v in vars {
-            if !shared[i].1.contains(v) {
-                shared[i].1.push(v.clone());
-            }
-        }
-    };
-    for plugin in plugins {
-        let v = plugin.vocabulary();
-        if let Some(r) = &v.ray_resource {
-            add(r, &v.ray_managed_env);
-        }
-    }
-    for acc in &machine.accelerators {
-        if let Some(r) = &acc.vocabulary.ray_resource {
-            add(r, &acc.vocabulary.ray_managed_env);
-        }
-    }
-    for acc in &mut machine.accelerators {
-        let Some(r) = &acc.vocabulary.ray_resource else { continue };
-        if let Some((_, vars)) = shared.iter().find(|(s, _)| s == r) {
-            acc.vocabulary.ray_managed_env.clone_from(vars);
-        }
-    }
-}
-
-/// Describes each kind the machine's links use, by the first plugin that declared it, and gives
-/// a link that reports no bandwidth its kind's nominal rate (count times GB/s per link).
-fn describe_link_kinds(machine: &mut Machine, declared: &[accel_model::LinkKindInfo]) {
-    let mut used: Vec<accel_model::LinkKind> = machine.links.iter().map(|l| l.kind).collect();
-    used.sort();
-    used.dedup();
-    machine.link_kinds = used.iter().filter_map(|k| declared.iter().find(|d| d.kind == *k).cloned()).collect();
-    for link in &mut machine.links {
-        if link.gbps.is_none() {
-            let per_link = machine.link_kinds.iter().find(|d| d.kind == link.kind).and_then(|d| d.gbps_per_link);
-            link.gbps = per_link.map(|g| g * f64::from(link.count));
-        }
-    }
-}
-
-/// An accelerator that a vendor runtime reports at a PCI address the PCI tree lacks (a
-/// KFD-only capture, a container's partial `/sys`) gets a parentless endpoint there, so every
-/// accelerator's PCI function is in the tree; with no path to a host bridge its locality stays
-/// unknown (`SYS`, or `NODE` by NUMA node), as before.
-fn add_missing_functions(machine: &mut Machine) {
-    let mut added = Vec::new();
-    for acc in &machine.accelerators {
-        let Some(addr) = acc.pci else { continue };
-        let id = addr.to_string();
-        if machine.pci_node(&id).is_some() || added.iter().any(|n: &accel_model::PciNode| n.id == id) {
-            continue;
-        }
-        let mut node = accel_model::PciNode::new(id, accel_model::PciNodeKind::Endpoint, None);
-        node.vendor = acc.pci_vendor;
-        node.device = acc.pci_device;
-        node.numa_node = acc.numa_node;
-        added.push(node);
-    }
-    if added.is_empty() {
-        return;
-    }
-    added.sort_by_key(|n| n.address);
-    let names: Vec<&str> = added.iter().map(|n| n.id.as_str()).collect();
-    machine.warnings.push(accel_model::Warning {
-        source: "host".into(),
-        path: Some("/sys/bus/pci/devices".into()),
-        message: format!(
-            "accelerators at {} are not in the PCI tree (known from their vendor runtime only); their PCI locality is unknown",
-            names.join(", ")
-        ),
-    });
-    machine.pci.extend(added);
-}
-
-/// What a worker needs in order to see exactly the accelerators `ids` of `machine`, in that
-/// order: each plugin's `isolate` answers for the ordered devices it reported (an external
-/// plugin through the protocol), the variables are merged, and every variable Ray would
-/// otherwise rewrite for those devices is switched off (`RAY_EXPERIMENTAL_NOSET_<VAR>=1`).
-/// Devices whose plugin has no visibility mechanism contribute nothing.
-///
-/// Devices of a plugin that is not in `plugins` (a machine read from JSON on a host without
-/// that plugin) are isolated from the model alone: their isolation values, in `ids` order,
-/// joined by their separator, in their visibility variable; the warnings say so.
-pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
-    let mut out = Isolation::default();
-    let devices: Vec<&accel_model::Accelerator> = ids.iter().filter_map(|id| machine.accelerator(id)).collect();
-    let mut orphans = Vec::new();
-    let mut done: Vec<&str> = Vec::new();
-    for acc in &devices {
-        if done.contains(&acc.plugin.as_str()) {
-            continue;
-        }
-        done.push(&acc.plugin);
-        let mine: Vec<&accel_model::Accelerator> = devices.iter().copied().filter(|a| a.plugin == acc.plugin).collect();
-        match plugins.iter().find(|p| p.id() == acc.plugin) {
-            Some(plugin) => {
-                let got = plugin.isolate(&mine);
-                out.env.extend(got.env);
-                out.warnings.extend(got.warnings);
-            }
-            None => orphans.extend(mine),
-        }
-    }
-    if !orphans.is_empty() {
-        let mut names: Vec<&str> = orphans.iter().map(|a| a.plugin.as_str()).collect();
-        names.dedup();
-        let got = plugin::isolate_from_model(&orphans);
-        for (k, v) in got.env {
-            out.env.entry(k).or_insert(v);
-        }
-        out.warnings.push(accel_model::Warning {
-            source: "isolate".into(),
-            path: None,
-            message: format!(
-                "plugin {} not found here; its devices isolated from their discovered values",
-                names.join(", ")
-            ),
-        });
-    }
-    for acc in &devices {
-        for var in &acc.vocabulary.ray_managed_env {
-            out.env.insert(format!("RAY_EXPERIMENTAL_NOSET_{var}"), "1".into());
-        }
-    }
-    out
-}
-
-/// Orders accelerators by vendor and PCI address (partitions by their index) and numbers them
-/// within each vendor, the order `CUDA_DEVICE_ORDER=PCI_BUS_ID` and its kin use.
-///
-/// A partition the runtime selects by UUID only (`own_ordinal` false: MIG) is not an ordinal, so
-/// a device split into such partitions still takes one ordinal, and whole devices after it keep
-/// their real numbers; those partitions are numbered after every physical device of their
-/// vendor on the node, so that each index stays unique (per-device Ray resources are named by
-/// it). Partitions that are devices of their own to the runtime (AMD CPX/DPX) are numbered in
-/// place.
-fn assign_indices(machine: &mut Machine) {
-    machine.accelerators.sort_by(|a, b| {
-        let key = |x: &accel_model::Accelerator| {
-            (x.vendor.clone(), x.pci, x.partition.as_ref().map(|p| p.index), x.id.clone())
-        };
-        key(a).cmp(&key(b))
-    });
-    let by_uuid = |a: &accel_model::Accelerator| a.partition.as_ref().is_some_and(|p| !p.own_ordinal);
-    let mut ordinals = std::collections::HashMap::<String, u32>::new();
-    let mut last_physical = std::collections::HashMap::<String, String>::new();
-    for acc in machine.accelerators.iter_mut() {
-        let physical = match &acc.partition {
-            Some(p) if !p.own_ordinal => p.physical_id.clone(),
-            _ => acc.id.clone(),
-        };
-        let n = ordinals.entry(acc.vendor.clone()).or_default();
-        if last_physical.get(&acc.vendor) != Some(&physical) {
-            *n += 1;
-            last_physical.insert(acc.vendor.clone(), physical);
-        }
-        acc.index = *n - 1;
-    }
-    let mut next = ordinals;
-    for acc in machine.accelerators.iter_mut().filter(|a| by_uuid(a)) {
-        let n = next.get_mut(&acc.vendor).expect("counted above");
-        acc.index = *n;
-        *n += 1;
-    }
-    for link in &mut machine.links {
-        if link.a > link.b {
-            std::mem::swap(&mut link.a, &mut link.b);
-        }
-    }
-    machine.links.sort_by(|x, y| (&x.a, &x.b, x.kind).cmp(&(&y.a, &y.b, y.kind)));
-}

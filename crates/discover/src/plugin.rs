@@ -280,3 +280,56 @@ pub fn in_process<V: Vendor + ?Sized>(
         _ => Err(PluginError::Unsupported { name: plugin.id().into(), verb: verb.into() }),
     }
 }
+
+/// What a worker needs in order to see exactly the accelerators `ids` of `machine`, in that
+/// order: each plugin's `isolate` answers for the ordered devices it reported (an external
+/// plugin through the protocol), the variables are merged, and every variable Ray would
+/// otherwise rewrite for those devices is switched off (`RAY_EXPERIMENTAL_NOSET_<VAR>=1`).
+/// Devices whose plugin has no visibility mechanism contribute nothing.
+///
+/// Devices of a plugin that is not in `plugins` (a machine read from JSON on a host without
+/// that plugin) are isolated from the model alone: their isolation values, in `ids` order,
+/// joined by their separator, in their visibility variable; the warnings say so.
+pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
+    let mut out = Isolation::default();
+    let devices: Vec<&accel_model::Accelerator> = ids.iter().filter_map(|id| machine.accelerator(id)).collect();
+    let mut orphans = Vec::new();
+    let mut done: Vec<&str> = Vec::new();
+    for acc in &devices {
+        if done.contains(&acc.plugin.as_str()) {
+            continue;
+        }
+        done.push(&acc.plugin);
+        let mine: Vec<&accel_model::Accelerator> = devices.iter().copied().filter(|a| a.plugin == acc.plugin).collect();
+        match plugins.iter().find(|p| p.id() == acc.plugin) {
+            Some(plugin) => {
+                let got = plugin.isolate(&mine);
+                out.env.extend(got.env);
+                out.warnings.extend(got.warnings);
+            }
+            None => orphans.extend(mine),
+        }
+    }
+    if !orphans.is_empty() {
+        let mut names: Vec<&str> = orphans.iter().map(|a| a.plugin.as_str()).collect();
+        names.dedup();
+        let got = isolate_from_model(&orphans);
+        for (k, v) in got.env {
+            out.env.entry(k).or_insert(v);
+        }
+        out.warnings.push(accel_model::Warning {
+            source: "isolate".into(),
+            path: None,
+            message: format!(
+                "plugin {} not found here; its devices isolated from their discovered values",
+                names.join(", ")
+            ),
+        });
+    }
+    for acc in &devices {
+        for var in &acc.vocabulary.ray_managed_env {
+            out.env.insert(format!("RAY_EXPERIMENTAL_NOSET_{var}"), "1".into());
+        }
+    }
+    out
+}
