@@ -116,7 +116,7 @@ fn domains(machine: &Machine, s: &mut String) {
             } else {
                 format!(", {} accelerators", d.accelerators.len())
             };
-            let _ = writeln!(s, "  {:<14} {}  (from {}{members})", format!("{:?}", d.kind), d.name, d.source);
+            let _ = writeln!(s, "  {:<14} {}  (from {}{members})", d.kind.as_str(), d.name, d.source);
         }
         s.push('\n');
     }

@@ -196,10 +196,10 @@ pub fn capture(host: &Host, machine: &Machine) -> (MemTree, Vec<Warning>) {
         c.tree.add_file(format!("{RECORDED_GCE}/tpu-env"), env.as_str());
     }
     for d in &machine.domains {
-        if d.kind == DomainKind::Zone && d.source.starts_with("gce-metadata") {
+        if d.kind == DomainKind::ZONE && d.source.starts_with("gce-metadata") {
             c.tree.add_file(format!("{RECORDED_GCE}/zone"), format!("zones/{}", d.name));
         }
-        if d.kind == DomainKind::Zone && d.source.starts_with("ec2-imds") {
+        if d.kind == DomainKind::ZONE && d.source.starts_with("ec2-imds") {
             c.tree.add_file(format!("{RECORDED_IMDS}/availability-zone"), d.name.as_str());
         }
     }

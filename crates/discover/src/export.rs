@@ -92,20 +92,14 @@ pub fn islands(machine: &Machine) -> Vec<(String, Vec<String>)> {
 
 fn domain_labels(machine: &Machine, out: &mut BTreeMap<String, String>) {
     for d in &machine.domains {
-        let key = match d.kind {
-            DomainKind::Zone => "accel.io/zone".to_owned(),
-            DomainKind::Region => "accel.io/region".to_owned(),
-            DomainKind::Rack => "accel.io/rack".to_owned(),
-            DomainKind::Block => "accel.io/block".to_owned(),
-            DomainKind::NvlinkClique => "accel.io/nvlink-clique".to_owned(),
-            DomainKind::TpuSlice => "accel.io/tpu-slice".to_owned(),
-            DomainKind::NetworkNode => match d.name.split_once(':') {
-                Some((layer, _)) => format!("accel.io/network-node-{}", label_value(layer)),
-                None => "accel.io/network-node".to_owned(),
-            },
+        // `accel.io/<kind>` (`nvlink_clique` gives `accel.io/nvlink-clique`); a network node by
+        // its layer.
+        let key = match (d.kind, d.name.split_once(':')) {
+            (DomainKind::NETWORK_NODE, Some((layer, _))) => format!("accel.io/network-node-{}", label_value(layer)),
+            (kind, _) => format!("accel.io/{}", kind.as_str().replace('_', "-")),
         };
         let name =
-            if d.kind == DomainKind::NetworkNode { d.name.split_once(':').map_or(&*d.name, |x| x.1) } else { &d.name };
+            if d.kind == DomainKind::NETWORK_NODE { d.name.split_once(':').map_or(&*d.name, |x| x.1) } else { &d.name };
         let value = label_value(name);
         if !value.is_empty() {
             out.entry(key).or_insert(value);

@@ -27,6 +27,8 @@ fn is_gpu_class(class: accel_model::PciClass) -> bool {
     class.base() == 0x03
 }
 
+/// The domain of GPUs sharing one NVLink fabric (NVL72): cluster UUID plus clique id.
+pub const NVLINK_CLIQUE: DomainKind = DomainKind::new("nvlink_clique");
 /// The link kind of NVLink (direct).
 pub const NVLINK: LinkKind = LinkKind::new("nvlink");
 /// The link kind of NVLink through NVSwitch.
@@ -73,7 +75,7 @@ impl Vendor for Nvidia {
         }
         // GFD sets the clique only when every fabric-attached GPU agrees.
         let cliques: Vec<&str> =
-            machine.domains.iter().filter(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.as_str()).collect();
+            machine.domains.iter().filter(|d| d.kind == NVLINK_CLIQUE).map(|d| d.name.as_str()).collect();
         if let [one] = cliques.as_slice() {
             labels.insert("nvidia.com/gpu.clique".into(), label_value(one));
         }
@@ -313,10 +315,11 @@ fn apply_nvml(
     }
     for (name, members) in cliques {
         report.domains.push(Domain {
-            kind: DomainKind::NvlinkClique,
+            kind: NVLINK_CLIQUE,
             name,
             source: "nvml-fabric".into(),
             accelerators: members.into_iter().collect(),
+            scale_up: true,
         });
     }
     partitions

@@ -53,32 +53,33 @@ pub fn parse_labels(text: &str) -> BTreeMap<String, String> {
 /// The domains that well-known node labels name.
 pub fn label_domains(labels: &BTreeMap<String, String>) -> Vec<Domain> {
     const MAP: &[(&str, DomainKind)] = &[
-        ("topology.kubernetes.io/region", DomainKind::Region),
-        ("topology.kubernetes.io/zone", DomainKind::Zone),
-        ("failure-domain.beta.kubernetes.io/zone", DomainKind::Zone),
-        ("accel.io/rack", DomainKind::Rack),
-        ("topology.kubernetes.io/rack", DomainKind::Rack),
-        ("cloud.google.com/gce-topology-subblock", DomainKind::Rack),
-        ("accel.io/block", DomainKind::Block),
-        ("cloud.google.com/gce-topology-block", DomainKind::Block),
-        ("topology.k8s.aws/network-node-layer-1", DomainKind::NetworkNode),
-        ("topology.k8s.aws/network-node-layer-2", DomainKind::NetworkNode),
-        ("topology.k8s.aws/network-node-layer-3", DomainKind::NetworkNode),
-        ("topology.k8s.aws/network-node-layer-4", DomainKind::NetworkNode),
-        ("nvidia.com/gpu.clique", DomainKind::NvlinkClique),
+        ("topology.kubernetes.io/region", DomainKind::REGION),
+        ("topology.kubernetes.io/zone", DomainKind::ZONE),
+        ("failure-domain.beta.kubernetes.io/zone", DomainKind::ZONE),
+        ("accel.io/rack", DomainKind::RACK),
+        ("topology.kubernetes.io/rack", DomainKind::RACK),
+        ("cloud.google.com/gce-topology-subblock", DomainKind::RACK),
+        ("accel.io/block", DomainKind::BLOCK),
+        ("cloud.google.com/gce-topology-block", DomainKind::BLOCK),
+        ("topology.k8s.aws/network-node-layer-1", DomainKind::NETWORK_NODE),
+        ("topology.k8s.aws/network-node-layer-2", DomainKind::NETWORK_NODE),
+        ("topology.k8s.aws/network-node-layer-3", DomainKind::NETWORK_NODE),
+        ("topology.k8s.aws/network-node-layer-4", DomainKind::NETWORK_NODE),
+        ("nvidia.com/gpu.clique", crate::nvidia::NVLINK_CLIQUE),
     ];
     let mut out: Vec<Domain> = Vec::new();
     for (key, kind) in MAP {
         let Some(value) = labels.get(*key).filter(|v| !v.is_empty()) else { continue };
         // One zone (and one rack, one block) per node: the first label in MAP order wins.
-        if *kind != DomainKind::NetworkNode && out.iter().any(|d| d.kind == *kind) {
+        if *kind != DomainKind::NETWORK_NODE && out.iter().any(|d| d.kind == *kind) {
             continue;
         }
         let name = match key.strip_prefix("topology.k8s.aws/network-node-") {
             Some(layer) => format!("{layer}:{value}"),
             None => value.clone(),
         };
-        out.push(Domain { kind: *kind, name, source: format!("k8s-label:{key}"), accelerators: Vec::new() });
+        let scale_up = *kind == crate::nvidia::NVLINK_CLIQUE;
+        out.push(Domain { kind: *kind, name, source: format!("k8s-label:{key}"), accelerators: Vec::new(), scale_up });
     }
     out
 }
@@ -147,13 +148,14 @@ impl Vendor for Platform {
                 }
             }
         };
-        if !has(DomainKind::Zone, &report) {
+        if !has(DomainKind::ZONE, &report) {
             if let Some(zone) = gce("zone", &mut report).as_deref().and_then(gce_zone) {
                 report.domains.push(Domain {
-                    kind: DomainKind::Zone,
+                    kind: DomainKind::ZONE,
                     name: zone,
                     source: "gce-metadata:instance/zone".into(),
                     accelerators: Vec::new(),
+                    scale_up: false,
                 });
             }
         }
@@ -164,7 +166,7 @@ impl Vendor for Platform {
         }
         // EC2: the availability zone (IMDSv2 token first, IMDSv1 if the token call is refused).
         let on_ec2 = vendor.contains("Amazon EC2");
-        if !has(DomainKind::Zone, &report) {
+        if !has(DomainKind::ZONE, &report) {
             let recorded = host.path(&format!("{RECORDED_IMDS}/availability-zone"));
             let zone = match host.read_text(&recorded, 4096, SRC, &mut report.warnings) {
                 Some(text) => Some(text),
@@ -173,10 +175,11 @@ impl Vendor for Platform {
             };
             if let Some(zone) = zone.map(|z| z.trim().to_owned()).filter(|z| is_zone_name(z)) {
                 report.domains.push(Domain {
-                    kind: DomainKind::Zone,
+                    kind: DomainKind::ZONE,
                     name: zone,
                     source: "ec2-imds:placement/availability-zone".into(),
                     accelerators: Vec::new(),
+                    scale_up: false,
                 });
             }
         }
@@ -236,7 +239,7 @@ mod tests {
         assert_eq!(l["accel.io/rack"], "r\"12");
         let d = label_domains(&l);
         assert_eq!(d.len(), 3);
-        assert_eq!(d[0].kind, DomainKind::Zone);
+        assert_eq!(d[0].kind, DomainKind::ZONE);
         assert_eq!(d[0].source, "k8s-label:topology.kubernetes.io/zone");
         assert_eq!(d[2].name, "layer-2:nn-2");
         assert_eq!(gce_zone("projects/1234/zones/us-central2-b").as_deref(), Some("us-central2-b"));

@@ -71,6 +71,8 @@ fn default_bounds(n: usize) -> [u32; 3] {
     }
 }
 
+/// The TPU slice (pod slice) a host belongs to: its chips reach the slice's others over ICI.
+pub const TPU_SLICE: DomainKind = DomainKind::new("tpu_slice");
 /// The link kind of TPU inter-chip interconnect.
 pub const ICI: LinkKind = LinkKind::new("ici");
 
@@ -168,10 +170,11 @@ impl Vendor for Tpu {
         }
         if let Some((slice, source)) = name.clone().or(accel_type.clone()) {
             report.domains.push(Domain {
-                kind: DomainKind::TpuSlice,
+                kind: TPU_SLICE,
                 name: slice,
                 source,
                 accelerators: accs.iter().map(|a| a.id.clone()).collect(),
+                scale_up: true,
             });
         }
         let bounds = per_host

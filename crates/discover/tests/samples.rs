@@ -60,7 +60,7 @@ fn summary(m: &Machine) -> String {
     }
     let _ = writeln!(s, "domains:");
     for d in &m.domains {
-        let _ = writeln!(s, "  {:?} {} ({}) {:?}", d.kind, d.name, d.source, d.accelerators);
+        let _ = writeln!(s, "  {} {} ({}) {:?}", d.kind, d.name, d.source, d.accelerators);
     }
     let _ = writeln!(
         s,
@@ -309,7 +309,7 @@ fn gb200_tray_clique() {
     assert_eq!(m.accelerators.len(), 4);
     assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("nvidia-gb200")));
     all_pairs(&m, "NV18");
-    let cliques: Vec<_> = m.domains.iter().filter(|d| d.kind == DomainKind::NvlinkClique).collect();
+    let cliques: Vec<_> = m.domains.iter().filter(|d| d.kind == accel_discover::nvidia::NVLINK_CLIQUE).collect();
     assert_eq!(cliques.len(), 1);
     assert_eq!(cliques[0].name, "5f6a7b8c-1d2e-4f30-9a1b-2c3d4e5f6071.32766");
     assert_eq!(cliques[0].source, "nvml-fabric");
@@ -350,9 +350,9 @@ fn tpu_trn2_gaudi3_mixed() {
     assert_eq!(m.links.len(), 10);
     assert_eq!(m.attributes["tpu.worker_id"], "0");
     assert_eq!(m.attributes["tpu.topology"], "2x4");
-    let slice = m.domains.iter().find(|d| d.kind == DomainKind::TpuSlice).unwrap();
+    let slice = m.domains.iter().find(|d| d.kind == accel_discover::tpu::TPU_SLICE).unwrap();
     assert_eq!((slice.name.as_str(), slice.source.as_str()), ("demo-v6e-8", "gce-metadata:tpu-env:NODE_ID"));
-    let zone = m.domains.iter().find(|d| d.kind == DomainKind::Zone).unwrap();
+    let zone = m.domains.iter().find(|d| d.kind == DomainKind::ZONE).unwrap();
     assert_eq!((zone.name.as_str(), zone.source.as_str()), ("us-east5-b", "gce-metadata:instance/zone"));
 
     let m = machine("trn2");
@@ -363,7 +363,7 @@ fn tpu_trn2_gaudi3_mixed() {
     assert_eq!(class(&m, 0, 12), "NL1");
     assert_eq!(m.attributes["aws.neuron_cores"], "128");
     assert_eq!(m.nics.len(), 16);
-    assert!(m.domains.iter().any(|d| d.kind == DomainKind::Zone && d.source.starts_with("ec2-imds")));
+    assert!(m.domains.iter().any(|d| d.kind == DomainKind::ZONE && d.source.starts_with("ec2-imds")));
 
     let m = machine("gaudi3");
     assert_eq!(m.accelerators.len(), 8);

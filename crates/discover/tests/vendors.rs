@@ -83,7 +83,7 @@ fn nvml_errors_become_warnings() {
     assert!(warned(&m, "Not Supported"));
     assert!(warned(&m, "unparsable PCI bus id"));
     assert!(warned(&m, "clique ignored"));
-    assert!(m.domains.iter().all(|d| d.kind != DomainKind::NvlinkClique));
+    assert!(m.domains.iter().all(|d| d.kind != accel_discover::nvidia::NVLINK_CLIQUE));
 }
 
 #[test]
@@ -399,7 +399,7 @@ fn gce(url: &str, budget: Duration) -> (Machine, Duration) {
 fn metadata_good() {
     let url = server(Some(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nprojects/42/zones/us-east5-b"), 2);
     let (m, _) = gce(&url, Duration::from_secs(1));
-    let zone = m.domains.iter().find(|d| d.kind == DomainKind::Zone).expect("zone");
+    let zone = m.domains.iter().find(|d| d.kind == DomainKind::ZONE).expect("zone");
     assert_eq!(zone.name, "us-east5-b");
     assert_eq!(zone.source, "gce-metadata:instance/zone");
 }
@@ -415,7 +415,7 @@ fn metadata_500_and_garbage() {
     assert!(warned(&m, "malformed HTTP response"), "{:?}", m.warnings);
     let url = server(Some(b"HTTP/1.0 200 OK\r\n\r\n<html>zones</html> \x01"), 2);
     let (m, _) = gce(&url, Duration::from_secs(1));
-    assert!(m.domains.iter().all(|d| d.kind != DomainKind::Zone), "garbage zone accepted: {:?}", m.domains);
+    assert!(m.domains.iter().all(|d| d.kind != DomainKind::ZONE), "garbage zone accepted: {:?}", m.domains);
 }
 
 #[test]
@@ -456,9 +456,9 @@ fn imds_zone_and_labels_file() {
     assert_eq!(
         kinds,
         [
-            (DomainKind::Rack, "r7", "k8s-label:accel.io/rack"),
-            (DomainKind::NetworkNode, "layer-3:nn-abc", "k8s-label:topology.k8s.aws/network-node-layer-3"),
-            (DomainKind::Zone, "us-west-2a", "ec2-imds:placement/availability-zone"),
+            (DomainKind::RACK, "r7", "k8s-label:accel.io/rack"),
+            (DomainKind::NETWORK_NODE, "layer-3:nn-abc", "k8s-label:topology.k8s.aws/network-node-layer-3"),
+            (DomainKind::ZONE, "us-west-2a", "ec2-imds:placement/availability-zone"),
         ]
     );
 }

@@ -4,7 +4,7 @@
 //! Each device carries the standard attributes (`resource.kubernetes.io/pcieRoot`, `pciBusID`,
 //! `numaNode`), then the driver's own (unqualified names, so they take the driver's domain):
 //! vendor, index, model, SKU, family, architecture, UUID, Ray's accelerator type, the scale-up
-//! island and its kind and size, the NVLink clique and TPU slice, and for a partition its mode,
+//! island and its kind and size, the scale-up domain that spans nodes (`scaleUpDomain`, `scaleUpDomainKind`: an NVLink clique, a TPU slice), and for a partition its mode,
 //! index and physical device; capacity `memory`.
 //!
 //! Partitions (MIG, CPX) consume shared counters: one counter set per physical device, holding
@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use accel_discover::export::{islands, ray_accelerator_type};
-use accel_model::{Accelerator, DomainKind, Machine, PciNodeKind};
+use accel_model::{Accelerator, Machine, PciNodeKind};
 use serde::Serialize;
 
 use crate::{dns_label, ExportError};
@@ -192,14 +192,12 @@ fn device(machine: &Machine, acc: &Accelerator, island: Option<&(usize, String, 
         attrs.insert("scaleUpKind".into(), string(kind));
         attrs.insert("scaleUpIslandSize".into(), Attribute::Int(*size as i64));
     }
-    for (kind, key) in [(DomainKind::NvlinkClique, "clique"), (DomainKind::TpuSlice, "tpuSlice")] {
-        let domain = machine
-            .domains
-            .iter()
-            .find(|d| d.kind == kind && (d.accelerators.is_empty() || d.accelerators.contains(&acc.id)));
-        if let Some(d) = domain {
-            attrs.insert(key.into(), string(&d.name));
-        }
+    // The scale-up domain that spans nodes (an NVLink clique, a TPU slice), whatever its kind.
+    let domain =
+        machine.domains.iter().find(|d| d.scale_up && (d.accelerators.is_empty() || d.accelerators.contains(&acc.id)));
+    if let Some(d) = domain {
+        attrs.insert("scaleUpDomain".into(), string(&d.name));
+        attrs.insert("scaleUpDomainKind".into(), string(d.kind.as_str()));
     }
     let mut consumes = Vec::new();
     if let Some(p) = &acc.partition {

@@ -39,14 +39,14 @@ pub fn topograph_value(text: &str) -> String {
 /// node (EC2 network nodes, deepest first) as `leaf`, `spine` and `core`.
 pub fn topograph_labels(machine: &Machine) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    if let Some(clique) = machine.domains.iter().find(|d| d.kind == DomainKind::NvlinkClique) {
+    if let Some(clique) = machine.domains.iter().find(|d| d.scale_up) {
         out.insert(format!("{TOPOGRAPH}/accelerator"), topograph_value(&clique.name));
     }
     // `layer-1:nn-...` (top) ... `layer-3:nn-...` (closest to the instance).
     let mut layers: Vec<(&str, &str)> = machine
         .domains
         .iter()
-        .filter(|d| d.kind == DomainKind::NetworkNode)
+        .filter(|d| d.kind == DomainKind::NETWORK_NODE)
         .filter_map(|d| d.name.split_once(':'))
         .collect();
     layers.sort();

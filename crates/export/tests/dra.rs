@@ -144,7 +144,7 @@ fn standard_attributes_come_from_the_model() {
 fn nvl72_tray_carries_its_clique() {
     let machine = samples::machine("gb200-nvl72-tray").unwrap();
     let slices = check(&machine, "tray-1");
-    let cliques: BTreeSet<&str> = attr(&slices, "clique").iter().filter_map(|a| a.string.as_deref()).collect();
+    let cliques: BTreeSet<&str> = attr(&slices, "scaleUpDomain").iter().filter_map(|a| a.string.as_deref()).collect();
     assert_eq!(cliques.len(), 1, "{cliques:?}");
 }
 

@@ -297,10 +297,11 @@ fn nfd_topograph_network_layers() {
     let mut machine = samples::machine("dgx-h100").unwrap();
     for (layer, value) in [("layer-1", "nn-top"), ("layer-2", "nn-mid"), ("layer-3", "nn-leaf")] {
         machine.domains.push(accel_model::Domain {
-            kind: accel_model::DomainKind::NetworkNode,
+            kind: accel_model::DomainKind::NETWORK_NODE,
             name: format!("{layer}:{value}"),
             source: "test".into(),
             accelerators: Vec::new(),
+            scale_up: false,
         });
     }
     let labels = nfd::topograph_labels(&machine);
@@ -315,10 +316,11 @@ fn nfd_refuses_files_over_64_kib() {
     // Long, distinct network-layer names each become a label key; enough of them overflow.
     for k in 0..2000 {
         machine.domains.push(accel_model::Domain {
-            kind: accel_model::DomainKind::NetworkNode,
+            kind: accel_model::DomainKind::NETWORK_NODE,
             name: format!("layer-name-that-is-rather-long-{k:05}:v"),
             source: "test".into(),
             accelerators: Vec::new(),
+            scale_up: false,
         });
     }
     let err = nfd::features_file(&machine, 0).unwrap_err();

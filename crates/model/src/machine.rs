@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::name::{LinkKind, Name};
+pub use crate::name::{DomainKind, LinkKind, Name};
 use crate::{CpuSet, PciAddr, PciClass, PciId, PciLink};
 
 /// Version of the JSON shape of [`Machine`]; bumped on any incompatible change (see docs/schema.md).
@@ -429,21 +429,6 @@ pub struct Link {
     pub gbps: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DomainKind {
-    Zone,
-    Region,
-    Rack,
-    Block,
-    /// A set of GPUs sharing one NVLink fabric (NVL72): cluster UUID plus clique id.
-    NvlinkClique,
-    /// A TPU slice (pod slice) this host belongs to.
-    TpuSlice,
-    /// A cloud placement or network-node set (EC2 instance topology).
-    NetworkNode,
-}
-
 /// A grouping above (or across) the node, with where it came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Domain {
@@ -454,6 +439,11 @@ pub struct Domain {
     /// The accelerators in it; empty means the whole node.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub accelerators: Vec<String>,
+    /// A scale-up fabric's domain that can span nodes (an NVLink clique, a TPU slice): the
+    /// accelerators in it reach each other over the fabric, not the network. Schedulers' "GPU
+    /// domain" (Slurm blocks, topograph's `accelerator` label, DRA's `scaleUpDomain`) is this.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub scale_up: bool,
 }
 
 /// Something discovery could not read or did not understand. Never fatal.

@@ -1,5 +1,6 @@
-//! Short names held inline (`Copy`, no allocation): the open set of link kinds that plugins
-//! declare (`nvlink`, `xgmi`, `hccs`) and the short tags the path matrix prints (`NV`, `XGMI`).
+//! Short names held inline (`Copy`, no allocation): the open sets of link kinds and domain kinds
+//! that plugins declare (`nvlink`, `hccs`; `rack`, `nvlink_clique`) and the short tags the path
+//! matrix prints (`NV`, `XGMI`).
 
 use std::fmt;
 
@@ -53,43 +54,96 @@ impl fmt::Display for Name {
     }
 }
 
-/// A scale-up link kind: lowercase ASCII letters, digits, `_` and `-`, at most [`Name::MAX`]
-/// bytes. The set is open: each plugin names the kinds of the links it reports and describes them
-/// with a [`LinkKindInfo`](crate::LinkKindInfo); nothing in accel keeps a list of them.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LinkKind(Name);
+/// An open set of kinds named by plugins: lowercase ASCII letters, digits, `_` and `-`, at most
+/// [`Name::MAX`] bytes, held inline.
+macro_rules! kind {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Name);
+
+        impl $name {
+            #[doc = concat!("The ", $what, " `text`, for constants; panics (at compile time in a `const`) on an invalid one.")]
+            pub const fn new(text: &str) -> $name {
+                match $name::parse(text) {
+                    Some(k) => k,
+                    None => panic!(concat!("a ", $what, " is 1 to 23 bytes of [a-z0-9_-]")),
+                }
+            }
+
+            #[doc = concat!("`text` as a ", $what, ", or `None` when it is not 1 to 23 bytes of `[a-z0-9_-]`.")]
+            pub const fn parse(text: &str) -> Option<$name> {
+                match kind_name(text) {
+                    Some(n) => Some($name(n)),
+                    None => None,
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                self.0.as_str()
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(self.as_str(), f)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                let text = String::deserialize(d)?;
+                $name::parse(&text).ok_or_else(|| {
+                    serde::de::Error::custom(format!(concat!($what, " {:?} is not 1 to 23 bytes of [a-z0-9_-]"), text))
+                })
+            }
+        }
+    };
+}
+
+/// `text` as a name of `[a-z0-9_-]` only.
+const fn kind_name(text: &str) -> Option<Name> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-') {
+            return None;
+        }
+        i += 1;
+    }
+    Name::new(text)
+}
+
+kind!(
+    /// A scale-up link kind (`nvlink`, `xgmi`, `hccs`). The set is open: each plugin names the
+    /// kinds of the links it reports and describes them with a
+    /// [`LinkKindInfo`](crate::LinkKindInfo); nothing in accel keeps a list of them.
+    LinkKind,
+    "link kind"
+);
+
+kind!(
+    /// A kind of domain above or across the node. The generic ones are constants here
+    /// ([`DomainKind::ZONE`]...); a plugin names its own (a scale-up fabric's domain, such as an
+    /// NVLink clique or a TPU slice), and nothing in accel keeps a list of them.
+    DomainKind,
+    "domain kind"
+);
 
 impl LinkKind {
-    /// The kind `text`, for constants in plugin modules; panics (at compile time in a `const`) on
-    /// an invalid kind.
-    pub const fn new(text: &str) -> LinkKind {
-        match LinkKind::parse(text) {
-            Some(k) => k,
-            None => panic!("a link kind is 1 to 23 bytes of [a-z0-9_-]"),
-        }
-    }
-
-    /// `text` as a kind, or `None` when it breaks the rule above.
-    pub const fn parse(text: &str) -> Option<LinkKind> {
-        let b = text.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            let c = b[i];
-            if !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-') {
-                return None;
-            }
-            i += 1;
-        }
-        match Name::new(text) {
-            Some(n) => Some(LinkKind(n)),
-            None => None,
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
     /// The tag a matrix prints for a kind no plugin described: the kind in capitals, at most 8
     /// characters (`hccs` gives `HCCS`).
     pub fn default_short(&self) -> Name {
@@ -98,30 +152,17 @@ impl LinkKind {
     }
 }
 
-impl fmt::Debug for LinkKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl fmt::Display for LinkKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
-impl Serialize for LinkKind {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for LinkKind {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<LinkKind, D::Error> {
-        let text = String::deserialize(d)?;
-        LinkKind::parse(&text)
-            .ok_or_else(|| serde::de::Error::custom(format!("link kind {text:?} is not 1 to 23 bytes of [a-z0-9_-]")))
-    }
+impl DomainKind {
+    /// A cloud availability zone.
+    pub const ZONE: DomainKind = DomainKind::new("zone");
+    /// A cloud region.
+    pub const REGION: DomainKind = DomainKind::new("region");
+    /// A rack (or a cloud's sub-block of nodes sharing one switch).
+    pub const RACK: DomainKind = DomainKind::new("rack");
+    /// A block of racks (Slurm's block topology, a cloud's topology block).
+    pub const BLOCK: DomainKind = DomainKind::new("block");
+    /// A cloud placement or network-node set (EC2 instance topology), named `<layer>:<id>`.
+    pub const NETWORK_NODE: DomainKind = DomainKind::new("network_node");
 }
 
 impl Serialize for Name {
@@ -155,5 +196,7 @@ mod tests {
         assert_eq!(serde_json::to_string(&k).unwrap(), "\"xgmi\"");
         assert!(serde_json::from_str::<LinkKind>("\"X GMI\"").is_err());
         assert!(Name::new("NV").is_some() && Name::new("N V").is_none() && Name::new("").is_none());
+        assert_eq!(serde_json::to_string(&DomainKind::NETWORK_NODE).unwrap(), "\"network_node\"");
+        assert!(serde_json::from_str::<DomainKind>("\"Rack\"").is_err());
     }
 }

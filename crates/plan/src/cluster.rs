@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use accel_model::{DomainKind, Endpoint, Machine, PathClass, PathClassifier};
+use accel_model::{Endpoint, Machine, PathClass, PathClassifier};
 use serde::{Deserialize, Serialize};
 
 use crate::PlanError;
@@ -59,15 +59,16 @@ impl<'de> Deserialize<'de> for MachineRef {
 }
 
 impl Cluster {
-    /// Adds `count` nodes named `<name>-<k>` sharing `machine`. A machine with an NVLink clique
-    /// domain gets an `nvlink_clique` label per `clique_trays` nodes (NVL72: 18 trays a clique).
+    /// Adds `count` nodes named `<name>-<k>` sharing `machine`. A machine with a scale-up domain
+    /// that spans nodes (an NVLink clique) gets a label of that domain's kind (`nvlink_clique`)
+    /// per `clique_trays` nodes (NVL72: 18 trays a clique).
     pub fn add_nodes(&mut self, name: &str, machine: Machine, count: usize, clique_trays: usize) {
-        let clique = machine.domains.iter().find(|d| d.kind == DomainKind::NvlinkClique).map(|d| d.name.clone());
+        let clique = machine.domains.iter().find(|d| d.scale_up).map(|d| (d.kind, d.name.clone()));
         self.machines.insert(name.to_owned(), machine);
         for k in 0..count {
             let mut labels = BTreeMap::new();
-            if let Some(clique) = &clique {
-                labels.insert("nvlink_clique".to_owned(), format!("{clique}-{}", k / clique_trays.max(1)));
+            if let Some((kind, clique)) = &clique {
+                labels.insert(kind.as_str().to_owned(), format!("{clique}-{}", k / clique_trays.max(1)));
             }
             self.nodes.push(ClusterNode {
                 name: format!("{name}-{k}"),

@@ -182,7 +182,8 @@ pub fn build(spec: &Spec) -> Machine {
     m.links = links;
     if let Some(name) = &spec.clique {
         m.domains.push(Domain {
-            kind: DomainKind::NvlinkClique,
+            kind: DomainKind::new("nvlink_clique"),
+            scale_up: true,
             name: name.clone(),
             source: "test".into(),
             accelerators: Vec::new(),
