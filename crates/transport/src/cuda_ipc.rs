@@ -7,8 +7,8 @@
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUipcMemHandle, CUresult};
 
-use crate::backend::{Backend, Descriptor, Path};
 use crate::error::{Error, Result};
+use crate::path::{Backend, Descriptor, Path};
 
 /// Bytes of an IPC handle.
 pub const HANDLE_LEN: usize = 64;

@@ -3,6 +3,10 @@
 
 use crate::error::{Error, Result};
 
+/// Every segment name starts with this (then `Identity::segment_prefix`'s owner part); the orphan
+/// sweeper looks at nothing else.
+pub const SEGMENT_PREFIX: &str = "accel-";
+
 /// One owner incarnation. A restarted process gets a new start time and nonce, so references
 /// to its predecessor never resolve to the new one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +46,7 @@ impl Identity {
     /// `/dev/shm` (one IPC namespace) but not pids see each other's segments, and a sweeper must
     /// not judge an owner by a pid of another namespace.
     pub fn segment_prefix(&self) -> String {
-        format!("{}{}-{}-{}-", crate::shm::SEGMENT_PREFIX, pid_namespace(), self.pid, self.start)
+        format!("{}{}-{}-{}-", SEGMENT_PREFIX, pid_namespace(), self.pid, self.start)
     }
 }
 

@@ -5,20 +5,20 @@
 //! no pyo3.
 
 mod auth;
-mod backend;
 mod channel;
 mod config;
 mod conn;
 mod control;
 #[cfg(feature = "cuda-ipc")]
 pub mod cuda_ipc;
+mod endpoint;
 mod error;
 mod forkguard;
 pub mod frame;
 mod identity;
 mod lease;
 mod metrics;
-mod node;
+mod path;
 pub mod relay;
 pub mod route;
 pub mod secure;
@@ -26,14 +26,14 @@ mod shm;
 mod tcp;
 
 pub use auth::{client_handshake, server_handshake, SECRET_MIN_LEN};
-pub use backend::{backends, Backend, Descriptor, Path};
 pub use channel::{Channels, MAX_MANIFEST};
 pub use config::Config;
 pub use control::Control;
+pub use endpoint::{backends, Relayed, Transport};
 pub use error::{Error, Result};
-pub use identity::{host_id, pid_namespace, process_alive, Identity};
+pub use identity::{host_id, pid_namespace, process_alive, Identity, SEGMENT_PREFIX};
 pub use lease::Leases;
 pub use metrics::{Metrics, PathStats, Role, BUCKETS};
-pub use node::{Relayed, Transport};
-pub use shm::{size_class, sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats, SEGMENT_PREFIX};
+pub use path::{Backend, Descriptor, Path};
+pub use shm::{size_class, sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats};
 pub use tcp::{Client, Server};

@@ -14,7 +14,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::backend::Path;
+use crate::path::Path;
 use crate::shm::PoolStats;
 
 /// Upper bounds of the latency buckets, in seconds.

@@ -10,7 +10,7 @@
 
 use accel_model::{Endpoint, Machine, PathClass, PathClassifier};
 
-use crate::backend::Path;
+use crate::path::Path;
 
 /// Where the bytes of one end live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

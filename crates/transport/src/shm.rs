@@ -36,10 +36,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 
 use crate::error::{io, Error, Result};
-use crate::identity::{pid_namespace, process_alive, Identity};
+use crate::identity::{pid_namespace, process_alive, Identity, SEGMENT_PREFIX};
 
-/// Every segment name starts with this; the orphan sweeper looks at nothing else.
-pub const SEGMENT_PREFIX: &str = "accel-";
 const PAGE: u64 = 4096;
 /// Fresh names an owner tries before it gives up: each taken one was planted by someone.
 const NAME_ATTEMPTS: usize = 16;

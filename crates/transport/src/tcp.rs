@@ -23,13 +23,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::auth::{client_handshake, server_handshake};
-use crate::backend::Path;
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::control::Control;
 use crate::error::{io, Error, Result};
 use crate::frame::{self, code, Kind, MAX_CONTROL};
 use crate::metrics::Metrics;
+use crate::path::Path;
 use crate::relay::Fill;
 use crate::secure::Side;
 use crate::shm::Arena;

@@ -7,27 +7,23 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accel_transport::frame::{self, Kind, MAX_CONTROL};
-use accel_transport::{sweep_orphans, Arena, Client, Config, Error, Identity, Transport};
+use accel_transport::{sweep_orphans, Arena, Client, Error, Identity, Transport};
 
 mod support;
-use support::publish;
+use support::{publish, Scratch};
 
 /// The user another local user is played by: `nobody`, where this test may give files away
 /// (it runs as root); otherwise only the planted files' modes play the stranger.
 const STRANGER: u32 = 65534;
 
-fn shm_dir(tag: &str) -> PathBuf {
-    support::shm_dir("accel-hostile", tag)
-}
-
-fn config(tag: &str) -> Config {
-    support::config_in(shm_dir(tag))
+fn scratch() -> Scratch {
+    Scratch::new("accel-hostile")
 }
 
 fn pattern(n: usize) -> Vec<u8> {
@@ -66,7 +62,8 @@ fn trickle(sockets: Vec<TcpStream>, every: Duration, stop: Arc<AtomicBool>) -> s
 /// only authenticated ones take places.
 #[test]
 fn trickling_sockets_without_the_secret_never_keep_a_consumer_out() {
-    let mut cfg = config("trickle");
+    let tmp = scratch();
+    let mut cfg = tmp.config("trickle");
     cfg.max_connections = 4;
     cfg.max_handshakes = 4;
     let owner = Transport::start(cfg.clone()).unwrap();
@@ -91,7 +88,6 @@ fn trickling_sockets_without_the_secret_never_keep_a_consumer_out() {
     for t in [&owner, &consumer, &other] {
         t.shutdown();
     }
-    let _ = std::fs::remove_dir_all(&cfg.shm_dir);
 }
 
 /// The whole handshake has one deadline: a socket that sends a byte every 200 ms is cut off
@@ -99,7 +95,8 @@ fn trickling_sockets_without_the_secret_never_keep_a_consumer_out() {
 /// it was never cut off).
 #[test]
 fn a_handshake_has_one_deadline_however_slowly_it_trickles() {
-    let mut cfg = config("deadline");
+    let tmp = scratch();
+    let mut cfg = tmp.config("deadline");
     cfg.handshake_timeout = Duration::from_millis(800);
     let owner = Transport::start(cfg.clone()).unwrap();
     let started = Instant::now();
@@ -120,7 +117,6 @@ fn a_handshake_has_one_deadline_however_slowly_it_trickles() {
     }
     assert!(cut_after < Duration::from_secs(4), "cut off only after {cut_after:?}");
     owner.shutdown();
-    let _ = std::fs::remove_dir_all(&cfg.shm_dir);
 }
 
 /// Buffer ids counted up from 1, so a client holding the secret read every buffer by guessing.
@@ -128,7 +124,8 @@ fn a_handshake_has_one_deadline_however_slowly_it_trickles() {
 /// handed out find nothing.
 #[test]
 fn buffer_ids_cannot_be_guessed() {
-    let cfg = config("ids");
+    let tmp = scratch();
+    let cfg = tmp.config("ids");
     let owner = Transport::start(cfg.clone()).unwrap();
     let ds: Vec<_> = (0..32).map(|i| publish(&owner, &[i as u8; 100])).collect();
     let mut ids: Vec<u64> = ds.iter().map(|d| d.buffer).collect();
@@ -150,7 +147,6 @@ fn buffer_ids_cannot_be_guessed() {
         }
     }
     owner.shutdown();
-    let _ = std::fs::remove_dir_all(&cfg.shm_dir);
 }
 
 /// Plants `bytes` at `path` as a stranger would: a file of another user where this test may
@@ -171,7 +167,8 @@ fn plant_foreign(path: &Path, bytes: &[u8]) {
 /// regular file of this user with mode 0600; anything else is refused, never read.
 #[test]
 fn a_file_planted_at_a_freed_name_is_refused_never_read() {
-    let cfg = config("plant");
+    let tmp = scratch();
+    let cfg = tmp.config("plant");
     let owner = Transport::start(cfg.clone()).unwrap();
     let consumer = Transport::start(cfg.clone()).unwrap();
     let data = pattern(64 << 10);
@@ -225,7 +222,6 @@ fn a_file_planted_at_a_freed_name_is_refused_never_read() {
     for t in [&owner, &consumer] {
         t.shutdown();
     }
-    let _ = std::fs::remove_dir_all(&cfg.shm_dir);
 }
 
 /// Another local user created the names an owner would take next (the next ids of the counter,
@@ -234,7 +230,8 @@ fn a_file_planted_at_a_freed_name_is_refused_never_read() {
 /// all go on, and no planted file is touched.
 #[test]
 fn allocations_go_on_when_the_next_names_are_planted() {
-    let cfg = config("next");
+    let tmp = scratch();
+    let cfg = tmp.config("next");
     let owner = Transport::start(cfg.clone()).unwrap();
     let consumer = Transport::start(cfg.clone()).unwrap();
     let first = publish(&owner, &pattern(4096));
@@ -261,14 +258,14 @@ fn allocations_go_on_when_the_next_names_are_planted() {
     for t in [&owner, &consumer] {
         t.shutdown();
     }
-    let _ = std::fs::remove_dir_all(&cfg.shm_dir);
 }
 
 /// The random names keep the parts the sweeper reads: the segments of an owner that exited,
 /// live and pooled, are swept; a live owner's are kept.
 #[test]
 fn segments_under_random_names_are_swept_after_their_owner_exits() {
-    let dir = shm_dir("sweep");
+    let tmp = scratch();
+    let dir = tmp.dir("sweep");
     let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
     let start: u64 = stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(19).unwrap().parse().unwrap();
@@ -284,5 +281,4 @@ fn segments_under_random_names_are_swept_after_their_owner_exits() {
     assert_eq!(sweep_orphans(&dir), 2);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     drop(arena);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use accel_transport::frame::{self, Kind, MAX_CONTROL};
-use accel_transport::{client_handshake, pid_namespace, sweep_orphans, Config, Error, Transport};
+use accel_transport::{client_handshake, pid_namespace, sweep_orphans, Error, Transport};
 
 mod support;
-use support::{publish, publish_leased, SECRET};
+use support::{publish, publish_leased, Scratch, SECRET};
 
-fn config(tag: &str) -> Config {
-    support::config_in(support::shm_dir("accel-lifetime", tag))
+fn scratch() -> Scratch {
+    Scratch::new("accel-lifetime")
 }
 
 /// The owner splices a buffer's pages into the socket; the consumer reads the reply header and
@@ -24,7 +24,8 @@ fn config(tag: &str) -> Config {
 /// consumer's receive queue, so before the fix the consumer then read the new bytes.
 #[test]
 fn a_consumer_stalled_past_the_drain_timeout_never_reads_recycled_bytes() {
-    let mut cfg = config("stall");
+    let tmp = scratch();
+    let mut cfg = tmp.config("stall");
     cfg.drain_timeout = Duration::from_millis(200);
     let owner = Transport::start(cfg).unwrap();
     let n = 1 << 20;
@@ -67,10 +68,11 @@ fn a_consumer_stalled_past_the_drain_timeout_never_reads_recycled_bytes() {
 
 #[test]
 fn a_prompt_consumer_confirms_and_the_buffer_recycles() {
-    let mut cfg = config("prompt");
+    let tmp = scratch();
+    let mut cfg = tmp.config("prompt");
     cfg.drain_timeout = Duration::from_millis(200);
     let owner = Transport::start(cfg.clone()).unwrap();
-    let consumer = Transport::start(config("prompt-c")).unwrap();
+    let consumer = Transport::start(tmp.config("prompt-c")).unwrap();
     let data: Vec<u8> = (0..(3 << 20)).map(|i| (i % 253) as u8).collect();
     let d = publish(&owner, &data);
     let mut got = vec![0u8; data.len()];
@@ -84,7 +86,8 @@ fn a_prompt_consumer_confirms_and_the_buffer_recycles() {
 
 #[test]
 fn sweeps_judge_only_owners_of_their_own_pid_namespace() {
-    let cfg = config("pidns");
+    let tmp = scratch();
+    let cfg = tmp.config("pidns");
     let dir = cfg.shm_dir.clone();
     let dead_here = format!("accel-{}-999999-1-1", pid_namespace());
     // Pid 1 of another namespace runs (a container's init); here pid 1 is another process.
@@ -105,12 +108,13 @@ fn sweeps_judge_only_owners_of_their_own_pid_namespace() {
 
 #[test]
 fn encrypted_connections_carry_data_and_refuse_plaintext_frames() {
-    let mut cfg = config("enc");
+    let tmp = scratch();
+    let mut cfg = tmp.config("enc");
     cfg.encrypt_loopback = true;
     let owner = Transport::start(cfg.clone()).unwrap();
-    let consumer = Transport::start(config("enc-c")).unwrap();
+    let consumer = Transport::start(tmp.config("enc-c")).unwrap();
     // The consumer encrypts as well: both ends decide from the same flag or address.
-    let mut ccfg = config("enc-c2");
+    let mut ccfg = tmp.config("enc-c2");
     ccfg.encrypt_loopback = true;
     let consumer2 = Transport::start(ccfg).unwrap();
     let data: Vec<u8> = (0..(5 << 20) + 3).map(|i| (i * 7 % 256) as u8).collect();
@@ -147,10 +151,11 @@ fn tcp_serve_errors(t: &Transport) -> u64 {
 /// and a plaintext client after the handshake can neither release a lease nor read a manifest.
 #[test]
 fn striped_fetches_leases_and_channels_run_encrypted() {
-    let mut cfg = config("enc-streams");
+    let tmp = scratch();
+    let mut cfg = tmp.config("enc-streams");
     cfg.encrypt_loopback = true;
     let owner = Transport::start(cfg).unwrap();
-    let mut ccfg = config("enc-streams-c");
+    let mut ccfg = tmp.config("enc-streams-c");
     ccfg.encrypt_loopback = true;
     ccfg.streams = 4;
     let consumer = Transport::start(ccfg).unwrap();
@@ -185,10 +190,11 @@ fn striped_fetches_leases_and_channels_run_encrypted() {
 /// recycles (a missing confirmation would retire it and count a serve error).
 #[test]
 fn every_stream_of_a_striped_fetch_confirms_its_range() {
-    let mut cfg = config("striped-recv");
+    let tmp = scratch();
+    let mut cfg = tmp.config("striped-recv");
     cfg.drain_timeout = Duration::from_millis(2000);
     let owner = Transport::start(cfg).unwrap();
-    let mut ccfg = config("striped-recv-c");
+    let mut ccfg = tmp.config("striped-recv-c");
     ccfg.streams = 4;
     let consumer = Transport::start(ccfg).unwrap();
     let data: Vec<u8> = (0..(32 << 20) + 5).map(|i| (i * 3 % 241) as u8).collect();

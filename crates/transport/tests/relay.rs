@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accel_transport::relay::{Assignment, Fill, Peer};
-use accel_transport::{Config, Descriptor, Error, Path, Role, Transport};
-use support::publish_leased;
+use accel_transport::{Descriptor, Error, Path, Role, Transport};
+use support::{publish_leased, Scratch};
 
-fn config(tag: &str) -> Config {
-    support::config_in(support::shm_dir("accel-transport-relay", tag))
+fn scratch() -> Scratch {
+    Scratch::new("accel-transport-relay")
 }
 
 fn pattern(n: usize) -> Vec<u8> {
@@ -27,22 +27,20 @@ fn bytes(r: &accel_transport::Relayed, len: u64) -> Vec<u8> {
     }
 }
 
-fn cleanup(ts: &[&Transport], tags: &[&str]) {
+fn shutdown(ts: &[&Transport]) {
     for t in ts {
         t.shutdown();
-    }
-    for tag in tags {
-        let _ = std::fs::remove_dir_all(support::shm_dir("accel-transport-relay", tag));
     }
 }
 
 #[test]
 fn a_chain_of_readers_relays_every_byte_and_the_owner_sends_it_once() {
-    let owner = Transport::start(config("chain-o")).unwrap();
+    let tmp = scratch();
+    let owner = Transport::start(tmp.config("chain-o")).unwrap();
     let data = pattern(40 << 20); // ten 4 MiB pieces: the relays forward while receiving
     let d = publish_leased(&owner, &data, 3);
     let readers: Vec<Transport> =
-        ["chain-1", "chain-2", "chain-3"].iter().map(|t| Transport::start(config(t)).unwrap()).collect();
+        ["chain-1", "chain-2", "chain-3"].iter().map(|t| Transport::start(tmp.config(t)).unwrap()).collect();
     let got: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = readers
             .iter()
@@ -81,7 +79,7 @@ fn a_chain_of_readers_relays_every_byte_and_the_owner_sends_it_once() {
     drop(got);
     let mut all: Vec<&Transport> = readers.iter().collect();
     all.push(&owner);
-    cleanup(&all, &["chain-o", "chain-1", "chain-2", "chain-3"]);
+    shutdown(&all);
 }
 
 /// Joins `d`'s schedule as a fake first reader at `peer`, so the next reader is sent there.
@@ -91,10 +89,11 @@ fn join_as(via: &Transport, d: &Descriptor, peer: &Peer) -> Assignment {
 
 #[test]
 fn a_relay_that_is_gone_or_stalls_sends_its_reader_to_the_owner() {
-    let owner = Transport::start(config("fb-o")).unwrap();
+    let tmp = scratch();
+    let owner = Transport::start(tmp.config("fb-o")).unwrap();
     let data = pattern(24 << 20);
     let d = publish_leased(&owner, &data, 3);
-    let mut rcfg = config("fb-r");
+    let mut rcfg = tmp.config("fb-r");
     rcfg.drain_timeout = Duration::from_millis(800); // how long its relay copies wait for readers
     let reader = Transport::start(rcfg).unwrap();
 
@@ -110,7 +109,7 @@ fn a_relay_that_is_gone_or_stalls_sends_its_reader_to_the_owner() {
 
     // A relay whose copy never fills: its server gives up after its drain timeout, and the
     // next reader goes to the owner.
-    let mut cfg = config("fb-stall");
+    let mut cfg = tmp.config("fb-stall");
     cfg.drain_timeout = Duration::from_millis(300);
     let stalled = Transport::start(cfg).unwrap();
     let a = stalled.arena().alloc(d.len).unwrap();
@@ -140,7 +139,7 @@ fn a_relay_that_is_gone_or_stalls_sends_its_reader_to_the_owner() {
     }
     assert_eq!(reader.pool().live_buffers, 0);
     drop((r, r2));
-    cleanup(&[&owner, &reader, &stalled], &["fb-o", "fb-r", "fb-stall"]);
+    shutdown(&[&owner, &reader, &stalled]);
 }
 
 /// Anyone holding the cluster secret can join a broadcast's schedule and be named as the relay
@@ -150,9 +149,10 @@ fn a_relay_that_is_gone_or_stalls_sends_its_reader_to_the_owner() {
 /// (every byte forged, or one byte of one stripe of a striped stream).
 #[test]
 fn a_relay_that_injects_bytes_never_reaches_its_reader() {
-    let owner = Transport::start(config("inj-o")).unwrap();
-    let reader = Transport::start(config("inj-r")).unwrap();
-    let evil = Transport::start(config("inj-e")).unwrap();
+    let tmp = scratch();
+    let owner = Transport::start(tmp.config("inj-o")).unwrap();
+    let reader = Transport::start(tmp.config("inj-r")).unwrap();
+    let evil = Transport::start(tmp.config("inj-e")).unwrap();
     let data = pattern(40 << 20); // two stripes of 20 MiB
     let mut one_byte = data.clone();
     one_byte[30 << 20] ^= 0xFF;
@@ -169,5 +169,5 @@ fn a_relay_that_injects_bytes_never_reaches_its_reader() {
         reader.release(&d).unwrap();
         evil.free(&fake).unwrap();
     }
-    cleanup(&[&owner, &reader, &evil], &["inj-o", "inj-r", "inj-e"]);
+    shutdown(&[&owner, &reader, &evil]);
 }

@@ -4,24 +4,19 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use accel_transport::frame::{self, Kind, MAX_CONTROL};
 use accel_transport::{
-    client_handshake, server_handshake, size_class, sweep_orphans, Client, Config, Descriptor, Error, Identity, Path,
+    client_handshake, server_handshake, size_class, sweep_orphans, Client, Descriptor, Error, Identity, Path,
     PathStats, Role, Transport,
 };
 
 mod support;
-use support::{publish, SECRET};
+use support::{publish, Scratch, SECRET};
 
-fn shm_dir(tag: &str) -> PathBuf {
-    support::shm_dir("accel-transport-test", tag)
-}
-
-fn config(tag: &str) -> Config {
-    support::config_in(shm_dir(tag))
+fn scratch() -> Scratch {
+    Scratch::new("accel-transport-test")
 }
 
 fn pattern(n: usize) -> Vec<u8> {
@@ -30,7 +25,8 @@ fn pattern(n: usize) -> Vec<u8> {
 
 #[test]
 fn tcp_fetch_with_the_right_secret_and_nothing_without_it() {
-    let cfg = config("tcp");
+    let tmp = scratch();
+    let cfg = tmp.config("tcp");
     let owner = Transport::start(cfg.clone()).unwrap();
     let consumer = Transport::start(cfg.clone()).unwrap();
     for n in [0usize, 1, 4096, 100_000, (9 << 20) + 7] {
@@ -56,7 +52,8 @@ fn tcp_fetch_with_the_right_secret_and_nothing_without_it() {
 
 #[test]
 fn raw_client_without_secret_is_refused_and_reads_nothing() {
-    let owner = Transport::start(config("raw")).unwrap();
+    let tmp = scratch();
+    let owner = Transport::start(tmp.config("raw")).unwrap();
     let d = publish(&owner, &pattern(4096));
     let mut s = TcpStream::connect(owner.endpoint()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -73,7 +70,8 @@ fn raw_client_without_secret_is_refused_and_reads_nothing() {
 
 #[test]
 fn oversize_frame_is_rejected_and_the_server_keeps_serving() {
-    let owner = Transport::start(config("oversize")).unwrap();
+    let tmp = scratch();
+    let owner = Transport::start(tmp.config("oversize")).unwrap();
     let mut s = TcpStream::connect(owner.endpoint()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     client_handshake(&mut s, SECRET).unwrap();
@@ -82,7 +80,7 @@ fn oversize_frame_is_rejected_and_the_server_keeps_serving() {
     let mut rest = Vec::new();
     let _ = s.read_to_end(&mut rest);
     assert!(rest.is_empty());
-    let consumer = Transport::start(config("oversize-c")).unwrap();
+    let consumer = Transport::start(tmp.config("oversize-c")).unwrap();
     let data = pattern(5000);
     let d = publish(&owner, &data);
     let mut got = vec![0u8; data.len()];
@@ -92,7 +90,8 @@ fn oversize_frame_is_rejected_and_the_server_keeps_serving() {
 
 #[test]
 fn pool_is_bounded_and_freed_buffers_are_recycled() {
-    let mut cfg = config("pool");
+    let tmp = scratch();
+    let mut cfg = tmp.config("pool");
     cfg.pool_bytes = 1 << 20;
     let t = Transport::start(cfg.clone()).unwrap();
     let a = t.arena().alloc(768 << 10).unwrap();
@@ -115,7 +114,8 @@ fn pool_is_bounded_and_freed_buffers_are_recycled() {
 
 #[test]
 fn the_pool_grows_a_spare_ahead_of_demand_within_its_bound() {
-    let mut cfg = config("spares");
+    let tmp = scratch();
+    let mut cfg = tmp.config("spares");
     cfg.pool_bytes = 8 << 20;
     let files = || std::fs::read_dir(&cfg.shm_dir).unwrap().count();
     let t = Transport::start(cfg.clone()).unwrap();
@@ -140,7 +140,7 @@ fn the_pool_grows_a_spare_ahead_of_demand_within_its_bound() {
     assert!(matches!(t.arena().alloc(2 << 20), Err(Error::PoolExhausted { .. })));
     // Small classes are made on demand only.
     let mut small = cfg.clone();
-    small.shm_dir = support::shm_dir("accel-transport-test", "spares-small");
+    small.shm_dir = tmp.dir("spares-small");
     let s = Transport::start(small.clone()).unwrap();
     let e = s.arena().alloc(64 << 10).unwrap();
     s.arena().settle();
@@ -157,13 +157,12 @@ fn the_pool_grows_a_spare_ahead_of_demand_within_its_bound() {
     t2.arena().settle();
     drop(t2);
     assert_eq!(files(), 0, "segments left in {}", cfg.shm_dir.display());
-    let _ = std::fs::remove_dir_all(&cfg.shm_dir);
-    let _ = std::fs::remove_dir_all(&small.shm_dir);
 }
 
 #[test]
 fn a_mapped_buffer_is_never_recycled_under_its_consumer() {
-    let cfg = config("mapped");
+    let tmp = scratch();
+    let cfg = tmp.config("mapped");
     let owner = Transport::start(cfg.clone()).unwrap();
     let consumer = Transport::start(cfg.clone()).unwrap();
     let data = pattern(100_000);
@@ -193,7 +192,8 @@ fn a_mapped_buffer_is_never_recycled_under_its_consumer() {
 
 #[test]
 fn orphans_of_dead_owners_are_swept_and_live_ones_kept() {
-    let dir = shm_dir("sweep");
+    let tmp = scratch();
+    let dir = tmp.dir("sweep");
     let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
     let start: u64 = stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(19).unwrap().parse().unwrap();
@@ -213,7 +213,8 @@ fn orphans_of_dead_owners_are_swept_and_live_ones_kept() {
 
 #[test]
 fn a_client_that_dies_mid_stream_does_not_hurt_the_server() {
-    let owner = Transport::start(config("crash")).unwrap();
+    let tmp = scratch();
+    let owner = Transport::start(tmp.config("crash")).unwrap();
     let data = pattern(32 << 20);
     let d = publish(&owner, &data);
     for _ in 0..3 {
@@ -226,7 +227,7 @@ fn a_client_that_dies_mid_stream_does_not_hurt_the_server() {
         s.read_exact(&mut some).unwrap();
         drop(s);
     }
-    let consumer = Transport::start(config("crash-c")).unwrap();
+    let consumer = Transport::start(tmp.config("crash-c")).unwrap();
     let mut got = vec![0u8; data.len()];
     consumer.fetch_tcp(&d, &mut got).unwrap();
     assert!(got == data);
@@ -261,12 +262,13 @@ fn fake_owner(
 
 #[test]
 fn an_owner_that_dies_mid_stream_fails_the_fetch_quickly() {
+    let tmp = scratch();
     let (d, fake) = fake_owner(1 << 20, |s| {
         s.write_all(&frame::header(Kind::Data, 1 << 20)).unwrap();
         s.write_all(&[7u8; 1000]).unwrap();
         // The owner "dies": the socket closes mid-frame.
     });
-    let consumer = Transport::start(config("dies")).unwrap();
+    let consumer = Transport::start(tmp.config("dies")).unwrap();
     let started = Instant::now();
     let mut got = vec![0u8; 1 << 20];
     match consumer.fetch_tcp(&d, &mut got) {
@@ -281,8 +283,9 @@ fn an_owner_that_dies_mid_stream_fails_the_fetch_quickly() {
 
 #[test]
 fn a_reference_to_a_previous_incarnation_is_stale() {
-    let owner = Transport::start(config("stale")).unwrap();
-    let consumer = Transport::start(config("stale-c")).unwrap();
+    let tmp = scratch();
+    let owner = Transport::start(tmp.config("stale")).unwrap();
+    let consumer = Transport::start(tmp.config("stale-c")).unwrap();
     let mut d = publish(&owner, &pattern(10));
     d.owner = format!("{}-{}-{:016x}", owner.identity().pid, owner.identity().start, owner.identity().nonce ^ 1);
     let mut got = vec![0u8; 10];
@@ -294,7 +297,8 @@ fn a_reference_to_a_previous_incarnation_is_stale() {
 
 #[test]
 fn recycled_buffers_reuse_the_consumers_cached_mapping_and_unlinked_ones_leave_it() {
-    let cfg = config("cache");
+    let tmp = scratch();
+    let cfg = tmp.config("cache");
     let owner = Transport::start(cfg.clone()).unwrap();
     let consumer = Transport::start(cfg.clone()).unwrap();
     let a = publish(&owner, &[1u8; 100_000]);
@@ -319,9 +323,10 @@ fn recycled_buffers_reuse_the_consumers_cached_mapping_and_unlinked_ones_leave_i
 
 #[test]
 fn owners_and_consumers_with_different_chunk_sizes_interoperate() {
-    let consumer = Transport::start(config("chunks-c")).unwrap();
+    let tmp = scratch();
+    let consumer = Transport::start(tmp.config("chunks-c")).unwrap();
     for sendfile in [true, false] {
-        let mut small = config("chunks");
+        let mut small = tmp.config("chunks");
         small.max_frame = 4096;
         small.sendfile = sendfile;
         let owner = Transport::start(small).unwrap();
@@ -335,12 +340,13 @@ fn owners_and_consumers_with_different_chunk_sizes_interoperate() {
 
 #[test]
 fn an_owner_sending_more_than_the_reference_says_is_cut_off() {
+    let tmp = scratch();
     let (d, fake) = fake_owner(16, |s| {
         // Declares a 1 GiB chunk for a 16-byte buffer.
         s.write_all(&frame::header(Kind::Data, 1 << 30)).unwrap();
         let _ = s.read(&mut [0u8; 1]);
     });
-    let consumer = Transport::start(config("liar")).unwrap();
+    let consumer = Transport::start(tmp.config("liar")).unwrap();
     let mut got = vec![0u8; 16];
     match consumer.fetch_tcp(&d, &mut got) {
         Err(Error::FrameTooLarge { len, max }) => assert_eq!((len, max), (1 << 30, 16)),
@@ -365,7 +371,8 @@ fn served_until(owner: &Transport, done: impl Fn(&PathStats) -> bool) -> PathSta
 
 #[test]
 fn the_owner_counts_what_it_serves_and_every_failed_connection() {
-    let cfg = config("served");
+    let tmp = scratch();
+    let cfg = tmp.config("served");
     let owner = Transport::start(cfg.clone()).unwrap();
     let data = pattern(100_000);
     let d = publish(&owner, &data);
@@ -426,7 +433,8 @@ fn the_owner_counts_what_it_serves_and_every_failed_connection() {
 
 #[test]
 fn a_leased_buffer_frees_itself_after_its_readers() {
-    let cfg = config("lease");
+    let tmp = scratch();
+    let cfg = tmp.config("lease");
     let owner = Transport::start(cfg.clone()).unwrap();
     let consumer = Transport::start(cfg).unwrap();
     let data = pattern(1 << 20);
@@ -467,7 +475,8 @@ fn a_leased_buffer_frees_itself_after_its_readers() {
 
 #[test]
 fn channel_manifests_reach_consumers_and_only_move_forward() {
-    let cfg = config("channel");
+    let tmp = scratch();
+    let cfg = tmp.config("channel");
     let owner = Transport::start(cfg.clone()).unwrap();
     let consumer = Transport::start(cfg).unwrap();
     assert_eq!(consumer.channel_latest(owner.owner(), owner.endpoint(), "policy").unwrap(), None);
@@ -490,7 +499,8 @@ fn channel_manifests_reach_consumers_and_only_move_forward() {
 
 #[test]
 fn a_striped_fetch_streams_ranges_over_several_connections() {
-    let cfg = config("striped");
+    let tmp = scratch();
+    let cfg = tmp.config("striped");
     let owner = Transport::start(cfg.clone()).unwrap();
     let client = Client::new(&cfg);
     for n in [(33 << 20) + 4097, 16 << 20, 1000] {

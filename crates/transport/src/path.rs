@@ -1,5 +1,7 @@
-//! Transport paths and the `Backend` trait that device paths plug into (CUDA IPC). The path is
-//! chosen from where the two ends are and, with the hardware model, how they connect (`route`).
+//! Transport paths, the descriptor of a buffer, and the `Backend` trait that device paths plug
+//! into. The path is chosen from where the two ends are and, with the hardware model, how they
+//! connect (`route`). This module knows no implementation: the endpoint lists those built
+//! (`endpoint::backends`).
 
 use crate::error::Result;
 
@@ -77,18 +79,6 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn fetch(&self, desc: &Descriptor, dst: &mut [u8]) -> Result<()>;
 }
 
-/// The pluggable backends of this build, each real: `cuda_ipc` with the `cuda-ipc` feature
-/// (`cuIpcGetMemHandle`/`cuIpcOpenMemHandle` through a runtime-loaded libcuda, checked by
-/// `scripts/device-check-cuda-ipc.sh`; unavailable without a GPU). NIXL is driven from Python
-/// (`accel/_nixl.py`). Nothing here stands in for a path that is not built.
-pub fn backends() -> Vec<Box<dyn Backend>> {
-    #[allow(unused_mut)]
-    let mut out: Vec<Box<dyn Backend>> = Vec::new();
-    #[cfg(feature = "cuda-ipc")]
-    out.push(Box::new(crate::cuda_ipc::CudaIpc));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +94,5 @@ mod tests {
         // Placeholders cannot be named: only real paths parse.
         assert_eq!(Path::parse("rdma"), None);
         assert_eq!(Path::parse("nccl"), None);
-        assert!(backends().iter().all(|b| b.path() == Path::CudaIpc));
     }
 }

@@ -1,18 +1,32 @@
 //! `Transport`: one process's endpoint. It owns the arena and the TCP server for the buffers
-//! this process publishes, the client for the buffers it consumes, and the metrics of both.
+//! this process publishes, the client for the buffers it consumes, and the metrics of both; and
+//! `backends`, the one list of the pluggable device paths this build composes.
 
 use std::sync::Arc;
 
-use crate::backend::Descriptor;
 use crate::config::Config;
 use crate::control::Control;
 use crate::error::{Error, Result};
 use crate::frame::Kind;
 use crate::identity::{host_id, process_alive, Identity};
 use crate::metrics::Metrics;
+use crate::path::{Backend, Descriptor};
 use crate::relay::{self, Assignment, Digests, Fill, Peer, Verifier};
 use crate::shm::{sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats};
 use crate::tcp::{Client, Server};
+
+/// The pluggable backends of this build, each real: `cuda_ipc` with the `cuda-ipc` feature
+/// (`cuIpcGetMemHandle`/`cuIpcOpenMemHandle` through a runtime-loaded libcuda, checked by
+/// `scripts/device-check-cuda-ipc.sh`; unavailable without a GPU). NIXL is driven from Python
+/// (`accel/_nixl.py`). Nothing here stands in for a path that is not built.
+#[allow(clippy::vec_init_then_push)] // one push per backend, each behind its cargo feature
+pub fn backends() -> Vec<Box<dyn Backend>> {
+    #[allow(unused_mut)]
+    let mut out: Vec<Box<dyn Backend>> = Vec::new();
+    #[cfg(feature = "cuda-ipc")]
+    out.push(Box::new(crate::cuda_ipc::CudaIpc));
+    out
+}
 
 /// A buffer received as one reader of a relayed broadcast (`Transport::fetch_relayed`).
 #[derive(Debug)]
@@ -363,4 +377,16 @@ fn check_relayed(
         fill.mark(start, n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::Path;
+
+    #[test]
+    fn only_built_backends_are_listed() {
+        assert!(backends().iter().all(|b| b.path() == Path::CudaIpc));
+        assert_eq!(backends().len(), usize::from(cfg!(feature = "cuda-ipc")));
+    }
 }
