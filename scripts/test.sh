@@ -3,7 +3,8 @@
 # (Debian packages, and a .venv with Ray 2.60 and the accel Python package, via scripts/setup.sh):
 # formatting, lints, docs, the dependency-direction invariants, the Rust test suite (unit,
 # snapshot, broken-input and property tests, the cross-check against hwloc's lstopo) and the
-# Python test suite (discovery, placement and transport on a real local Ray cluster).
+# Python test suite (discovery, placement and transport on a real local Ray cluster); last, that
+# the run left nothing new in /tmp or /dev/shm (scripts/leftovers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,12 @@ if ((${#missing[@]})); then
 fi
 
 bash scripts/setup.sh
+
+# A test run leaves nothing behind: what is in /tmp and /dev/shm now is compared with what is
+# there after the last test (scripts/leftovers.sh; the snapshot file itself is never reported).
+leftovers=$(mktemp)
+trap 'rm -f "$leftovers"' EXIT
+bash scripts/leftovers.sh snapshot "$leftovers"
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
@@ -57,6 +64,9 @@ echo "== mypy --strict python/accel (types of accel._native: python/accel/_nativ
 echo "== wheel (scripts/wheel.sh; test_wheel.py installs it without Rust)"
 bash scripts/wheel.sh
 
-echo "== pytest"
+echo "== pytest (one temp root for the run, removed at its end: python/tests/conftest.py)"
 cargo build -q -p accel-cli
 ACCEL_REQUIRE_SLURM=1 ACCEL_REQUIRE_WHEEL=1 .venv/bin/python -m pytest python/tests
+
+echo "== leftovers: nothing new in /tmp or /dev/shm since the start (scripts/leftovers.sh)"
+bash scripts/leftovers.sh check "$leftovers"

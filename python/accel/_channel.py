@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from . import transport as _t
+from . import _buffers as _b
+from ._native import BufferFreed, TransportError
 
 _native: Any = importlib.import_module("accel._native")
 
@@ -51,10 +52,10 @@ class _Producer:
         self.keep = keep
         self.version = 0
         self.lock = threading.Lock()
-        self.versions: deque[tuple[int, list[_t.Ref]]] = deque()
+        self.versions: deque[tuple[int, list[_b.Ref]]] = deque()
 
 
-def _encode(version: int, refs: list[tuple[str, _t.Ref]]) -> bytes:
+def _encode(version: int, refs: list[tuple[str, _b.Ref]]) -> bytes:
     """The manifest: owner, host and endpoint once (every array of a version is the producer's),
     then one compact row per array, so a version of about 600 arrays fits one control frame."""
     first = refs[0][1]
@@ -63,12 +64,12 @@ def _encode(version: int, refs: list[tuple[str, _t.Ref]]) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def _decode(manifest: bytes) -> list[tuple[str, _t.Ref]]:
+def _decode(manifest: bytes) -> list[tuple[str, _b.Ref]]:
     doc = json.loads(manifest)
     owner, host, endpoint = str(doc["owner"]), str(doc["host"]), str(doc["endpoint"])
     out = []
     for name, segment, buffer, nbytes, shape, dtype, kind in doc["tensors"]:
-        ref = _t.Ref(
+        ref = _b.Ref(
             owner=owner,
             host=host,
             endpoint=endpoint,
@@ -98,7 +99,7 @@ class Channel:
         self.name = name
         self.keep = keep
         if _remote is None:
-            info = _t.info()
+            info = _b.info()
             self.owner, self.host, self.endpoint = info["owner"], info["host"], info["endpoint"]
             with _producers_lock:
                 if name in _producers:
@@ -116,16 +117,16 @@ class Channel:
     # -------------------------------------------------------------- producer
 
     def _producer(self) -> _Producer:
-        st = _t._start()
+        st = _b._start()
         p = _producers.get(self.name)
         if st.owner != self.owner or p is None:
-            raise _t.TransportError(f"channel {self.name!r} is owned by {self.owner}; only its producer publishes")
+            raise TransportError(f"channel {self.name!r} is owned by {self.owner}; only its producer publishes")
         return p
 
     def empty(self, shape: int | tuple[int, ...] | list[int], dtype: Any = np.float32) -> np.ndarray:
         """A writable array in the producer's shared memory; publishing it copies nothing."""
         self._producer()
-        return _t.empty(shape, dtype)
+        return _b.empty(shape, dtype)
 
     def publish(self, tensors: Mapping[str, Any]) -> int:
         """Publish a new version: a dict of arrays (from `empty`: in place; others: copied
@@ -134,7 +135,7 @@ class Channel:
         if not tensors:
             raise ValueError("a version holds at least one array")
         with p.lock:
-            refs: list[tuple[str, _t.Ref]] = []
+            refs: list[tuple[str, _b.Ref]] = []
             try:
                 for name, arr in tensors.items():
                     if not isinstance(name, str):
@@ -142,7 +143,7 @@ class Channel:
                     a = arr if isinstance(arr, np.ndarray) else np.asarray(arr)
                     if a.dtype.fields is not None or a.dtype.hasobject:
                         raise TypeError(f"{name}: channels carry plain numeric arrays, not {a.dtype}")
-                    refs.append((name, _t.put(a)))
+                    refs.append((name, _b.put(a)))
                 version = p.version + 1
                 manifest = _encode(version, refs)
                 if len(manifest) > _MAX_MANIFEST:
@@ -153,14 +154,14 @@ class Channel:
                 _native.transport_channel_publish(self.name, version, manifest)
             except BaseException:
                 for _, r in refs:
-                    _t.free(r)
+                    _b.free(r)
                 raise
             p.version = version
             p.versions.append((version, [r for _, r in refs]))
             while len(p.versions) > p.keep:
                 _, old = p.versions.popleft()
                 for r in old:
-                    _t.free(r)
+                    _b.free(r)
             return version
 
     @property
@@ -172,7 +173,7 @@ class Channel:
     # -------------------------------------------------------------- consumers
 
     def _latest_manifest(self) -> tuple[int, bytes] | None:
-        _t._start()
+        _b._start()
         got = _native.transport_channel_latest(self.owner, self.endpoint, self.name)
         return None if got is None else (int(got[0]), bytes(got[1]))
 
@@ -193,11 +194,11 @@ class Channel:
             try:
                 for name, ref in _decode(manifest):
                     dst = None if out is None else out.get(name)
-                    result[name] = _t.get(ref, out=dst)
-            except _t.BufferFreed:
+                    result[name] = _b.get(ref, out=dst)
+            except BufferFreed:
                 continue  # the producer moved on by `keep` versions meanwhile: take the newest
             return version, result
-        raise _t.TransportError(f"channel {self.name!r}: the producer outran {_RETRIES} reads in a row")
+        raise TransportError(f"channel {self.name!r}: the producer outran {_RETRIES} reads in a row")
 
     @contextlib.contextmanager
     def read(self, out: Mapping[str, np.ndarray] | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
@@ -212,12 +213,12 @@ class Channel:
     def close(self) -> None:
         """Producer: free every kept version and give up the name."""
         p = _producers.get(self.name)
-        if p is None or _t._start().owner != self.owner:
+        if p is None or _b._start().owner != self.owner:
             return
         with p.lock:
             while p.versions:
                 for r in p.versions.popleft()[1]:
-                    _t.free(r)
+                    _b.free(r)
         with _producers_lock:
             _producers.pop(self.name, None)
 

@@ -20,32 +20,39 @@ configuration and security.
 
 from __future__ import annotations
 
-import atexit
-import importlib
 import os
 import secrets
-import stat
-import threading
-import time
-import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
 from . import _native, _nixl
-from ._native import (
-    AuthError,
-    BufferFreed,
-    OwnerGone,
-    PoolExhausted,
-    StaleReference,
-    TransportError,
-)
 
-if TYPE_CHECKING:
-    from ._channel import Channel
+# The core (references, put/get/empty/free, routes, the secret) lives in `_buffers`, which both
+# this module and `_channel` build on; this module re-exports its public names.
+from ._buffers import (
+    PATHS as PATHS,
+    SECRET_FILE_VAR as SECRET_FILE_VAR,
+    SECRET_VAR as SECRET_VAR,
+    Ref as Ref,
+    Route as Route,
+    _start as _start,  # accel.ray._transport starts this process's transport through it
+    empty as empty,
+    ensure_secret_file as ensure_secret_file,
+    free as free,
+    get as get,
+    info as info,
+    put as put,
+    route as route,
+    secret_file as secret_file,
+)
+from ._channel import Channel as Channel
+from ._native import (
+    AuthError as AuthError,
+    BufferFreed as BufferFreed,
+    OwnerGone as OwnerGone,
+    PoolExhausted as PoolExhausted,
+    StaleReference as StaleReference,
+    TransportError as TransportError,
+)
 
 __all__ = [
     "Ref",
@@ -70,436 +77,9 @@ __all__ = [
     "AuthError",
 ]
 
-SECRET_VAR = "ACCEL_TRANSPORT_SECRET"
-SECRET_FILE_VAR = "ACCEL_TRANSPORT_SECRET_FILE"
-PATHS = ("local", "shm", "tcp", "nixl")
-# DLPack device types that are host memory (kDLCPU, kDLCUDAHost, kDLROCMHost).
-_DLPACK_HOST = (1, 3, 11)
-
-
-@dataclass(frozen=True)
-class Route:
-    """The path a reference takes to this process, the reason code (a metric label) and the
-    topology facts behind it in words."""
-
-    path: str
-    reason: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A reference to a published buffer. Small and picklable; holding it keeps nothing alive."""
-
-    owner: str  # <pid>-<start time>-<incarnation nonce>: a restarted owner is another owner
-    host: str  # hostname/boot id/pid namespace
-    endpoint: str  # the owner's TCP listener, host:port
-    segment: str  # the shared-memory segment name
-    buffer: int
-    nbytes: int
-    shape: tuple[int, ...]
-    dtype: Any  # numpy's dtype descriptor: a string like "<f4", or a list for structured dtypes
-    kind: str = "numpy"  # "numpy", "torch", "dlpack" or "bytes": what get() hands back
-    path: str = "auto"  # a forced path, or "auto"
-    nixl: bytes = b""  # the NIXL ticket (agent, partial metadata, address) when registered
-    device: int = -1  # the accelerator (index in the owner's Machine) holding it; -1: host memory
-    readers: int = 0  # a lease: the buffer frees itself after this many gets (0: until freed)
-
-    @property
-    def chosen_path(self) -> str:
-        """The path get() takes for this reference in the calling process."""
-        return _path_for(self, None)
-
-    @property
-    def route(self) -> Route:
-        """The path get() takes here, and why (see route() for device memory and topology)."""
-        return route(self)
-
-
-class _State:
-    def __init__(self) -> None:
-        self.pid = -1
-        self.owner = self.host = self.endpoint = ""
-        self.lock = threading.Lock()
-        self.pending: dict[int, tuple[int, str]] = {}  # id(SharedBuffer) -> (buffer id, segment)
-
-
-_state = _State()
-
-
-def _reset_after_fork() -> None:
-    global _state
-    _state = _State()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def secret_file() -> str:
-    """Where this node's cluster secret lives: ACCEL_TRANSPORT_SECRET_FILE, by default
-    ~/.config/accel/transport-secret (mode 0600, one per node, the same on every node)."""
-    return os.environ.get(SECRET_FILE_VAR) or os.path.join(os.path.expanduser("~"), ".config", "accel", "transport-secret")
-
-
-def _read_secret_file(path: str) -> str | None:
-    """The secret in ``path`` (None if there is none), refused unless the file belongs to this
-    user and no one else may read or write it: a file another user owns (one they planted, or
-    could rewrite with their own secret) is never used. The checks are made on the file
-    opened, not on the name, so the name cannot be swapped between check and read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    with os.fdopen(fd, encoding="utf-8") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise TransportError(f"{path} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise TransportError(
-                f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
-                "a secret file must be this user's own (chown it, or make a new one)"
-            )
-        if st.st_mode & 0o077:
-            raise TransportError(f"{path} is readable by other users (mode {st.st_mode & 0o777:o}): chmod 600 it")
-        return f.read().strip() or None
-
-
-def ensure_secret_file(path: str | None = None) -> str:
-    """Makes sure the node's secret file exists (mode 0600): it keeps what is there, else
-    writes this process's ACCEL_TRANSPORT_SECRET, else a fresh secret. Returns its path."""
-    path = path or secret_file()
-    if _read_secret_file(path) is None:
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        secret = os.environ.get(SECRET_VAR) or secrets.token_hex(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(secret + "\n")
-    return path
-
-
-def _start() -> _State:
-    st = _state
-    if st.pid == os.getpid():
-        return st
-    with st.lock:
-        if st.pid != os.getpid():
-            config = dict(os.environ)
-            if not config.get(SECRET_VAR):
-                from_file = _read_secret_file(secret_file())
-                if from_file:
-                    config[SECRET_VAR] = from_file  # never copied into the environment
-                else:
-                    # Child processes (multiprocessing, a local Ray cluster) inherit it.
-                    os.environ[SECRET_VAR] = config[SECRET_VAR] = secrets.token_hex(32)
-            st.owner, st.host, st.endpoint = _native.transport_start(config)
-            st.pid = os.getpid()
-    return st
-
-
-def info() -> dict[str, str]:
-    """This process's owner id, host id and TCP endpoint."""
-    st = _start()
-    return {"owner": st.owner, "host": st.host, "endpoint": st.endpoint}
-
-
-def _root(arr: np.ndarray[Any, Any]) -> Any:
-    base = arr
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    return base
-
-
-def _forget_pending(key: int, buffer: int) -> None:
-    st = _state
-    if st.pending.pop(key, None) is not None and st.pid == os.getpid():
-        try:
-            _native.transport_free(st.owner, st.endpoint, buffer)
-        except TransportError:
-            pass
-
-
-def _buf(sb: _native.SharedBuffer) -> bytes:
-    """`sb` as numpy's stubs want a buffer typed (they list concrete types only); the array made
-    from it still holds `sb` itself as its base."""
-    return cast(bytes, sb)
-
-
-def empty(shape: int | tuple[int, ...] | list[int], dtype: npt.DTypeLike = np.float32) -> npt.NDArray[Any]:
-    """A writable array in this owner's shared memory. Fill it, then put() it: no copy.
-
-    Dropping it without put() returns its memory to the pool.
-    """
-    st = _start()
-    dt = np.dtype(dtype)
-    if dt.hasobject:
-        raise TypeError("object arrays cannot travel through shared memory")
-    dims = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-    buffer, segment, sb = _native.transport_alloc(nbytes)
-    st.pending[id(sb)] = (buffer, segment)
-    weakref.finalize(sb, _forget_pending, id(sb), buffer)
-    count = nbytes // dt.itemsize if dt.itemsize else 0
-    return np.frombuffer(_buf(sb), dtype=dt, count=count).reshape(dims)
-
-
-def _dlpack_host(obj: Any) -> None:
-    """Refuses DLPack producers whose memory is on a device (cupy, CUDA torch tensors)."""
-    dev = getattr(obj, "__dlpack_device__", None)
-    if dev is None:
-        return
-    kind, index = dev()
-    if int(kind) not in _DLPACK_HOST:
-        raise TransportError(
-            f"this tensor lives in device memory (DLPack device type {int(kind)}, index {int(index)}); "
-            "accel.transport moves host memory here (no GPU path is verified on this machine: see "
-            "README, 'Tensor transport'): copy it to the CPU first"
-        )
-
-
-def _as_array(obj: Any) -> tuple[np.ndarray[Any, Any], str]:
-    if isinstance(obj, np.ndarray):
-        return obj, "numpy"
-    mod = type(obj).__module__
-    if mod.startswith("torch") and hasattr(obj, "__dlpack__"):
-        t = obj.detach()
-        _dlpack_host(t)
-        return np.from_dlpack(t.contiguous()), "torch"
-    if hasattr(obj, "__dlpack__"):
-        # Any DLPack producer (cupy, jax, a torch subclass...): zero-copy into numpy.
-        _dlpack_host(obj)
-        return np.from_dlpack(obj), "dlpack"
-    return np.asarray(memoryview(obj)), "bytes"
-
-
-def put(obj: Any, *, path: str | None = None, readers: int = 0) -> Ref:
-    """Publish `obj` (a numpy array, any buffer-protocol object, or a CPU torch tensor).
-
-    An array made by empty() is published in place; anything else is copied once into this
-    owner's pre-faulted shared-memory pool. Raises PoolExhausted past the pool bound.
-    readers=N leases the buffer to N readers: each get() of the reference, in any process,
-    counts one read once it holds the array (a view it maps keeps its bytes on its own), and
-    the N-th frees the buffer, so no free() is needed; a further get() raises BufferFreed.
-    """
-    if path is not None and path not in PATHS and path != "auto":
-        raise ValueError(f"unknown path {path!r}; expected one of {PATHS} or 'auto'")
-    if not isinstance(readers, int) or isinstance(readers, bool) or not 0 <= readers < 1 << 32:
-        raise ValueError(f"readers must be an int from 0 to 2**32-1, got {readers!r}")
-    st = _start()
-    arr, kind = _as_array(obj)
-    if arr.dtype.hasobject:
-        raise TypeError("object arrays cannot travel through shared memory")
-    root = _root(arr)
-    entry = st.pending.get(id(root)) if isinstance(root, _native.SharedBuffer) else None
-    if (
-        entry is not None
-        and arr.flags.c_contiguous
-        and arr.nbytes == len(root)
-        and arr.__array_interface__["data"][0] == np.frombuffer(_buf(root), np.uint8).__array_interface__["data"][0]
-    ):
-        st.pending.pop(id(root))
-        buffer, segment = entry
-        view = arr
-    else:
-        buffer, segment, sb = _native.transport_alloc(arr.nbytes)
-        view = np.frombuffer(_buf(sb), dtype=arr.dtype, count=arr.size).reshape(arr.shape)
-        np.copyto(view, arr, casting="no")
-    ticket = b""
-    if arr.nbytes and (path == "nixl" or os.environ.get("ACCEL_TRANSPORT_NIXL") == "1"):
-        ticket = _nixl_ticket(st, view)
-    del view
-    _native.transport_publish(buffer, readers)
-    return Ref(
-        owner=st.owner,
-        host=st.host,
-        endpoint=st.endpoint,
-        segment=segment,
-        buffer=buffer,
-        nbytes=int(arr.nbytes),
-        shape=tuple(arr.shape),
-        dtype=np.lib.format.dtype_to_descr(arr.dtype),
-        kind=kind,
-        path=path or "auto",
-        nixl=ticket,
-        readers=readers,
-    )
-
-
-def _nixl_agent(st: _State) -> _nixl.Agent:
-    try:
-        agent = _nixl.agent(st.owner)
-    except _nixl.NixlUnavailable as e:
-        raise TransportError(str(e)) from e
-    _native.transport_enable_path("nixl")
-    return agent
-
-
-def _nixl_ticket(st: _State, view: np.ndarray) -> bytes:
-    """Registers the buffer's segment with this process's NIXL agent (once per segment)."""
-    addr = int(view.__array_interface__["data"][0])
-    try:
-        return _nixl_agent(st).ticket(addr, int(view.nbytes), addr, int(view.nbytes)).encode()
-    except _nixl.NixlFailed as e:
-        raise TransportError(str(e)) from e
-
-
-def route(
-    ref: Ref, *, dst_device: int = -1, machine: str | None = None, nixl: bool | None = None, cuda_ipc: bool = False
-) -> Route:
-    """The automatic path from ``ref``'s owner to this process (into accelerator ``dst_device``
-    of ``machine``, a Machine JSON from discovery, or host memory), and why: same process ->
-    local; GPUs of one node -> NIXL over their scale-up link or CUDA IPC over PCIe; device
-    memory to another node -> GPUDirect RDMA through NIXL when an RDMA NIC sits at PIX/PXB from
-    the GPU; shared memory or TCP otherwise. ``nixl``/``cuda_ipc`` say which of those backends
-    work here (default: NIXL if installed; CUDA IPC is not built into this package)."""
-    _start()
-    have_nixl = _nixl.available() if nixl is None else nixl
-    path, reason, detail = _native.transport_route(
-        ref.owner, ref.host, ref.device, dst_device, machine, have_nixl, cuda_ipc, False
-    )
-    return Route(path, reason, detail)
-
-
-def _path_for(ref: Ref, path: str | None, count: bool = False) -> str:
-    chosen = path or (ref.path if ref.path != "auto" else None) or os.environ.get("ACCEL_TRANSPORT_PATH") or "auto"
-    if chosen == "auto":
-        _start()
-        # Host memory: local, shm or tcp (NIXL is never chosen on its own: it is opt-in).
-        auto: str = _native.transport_route(ref.owner, ref.host, ref.device, -1, None, False, False, count)[0]
-        return auto
-    if chosen not in PATHS:
-        raise ValueError(f"unknown path {chosen!r}; expected one of {PATHS} or 'auto'")
-    return chosen
-
-
-def _finish(arr: np.ndarray[Any, Any], ref: Ref) -> Any:
-    if ref.kind == "torch":
-        import torch  # type: ignore[import-not-found, unused-ignore]  # the owner had torch, so the consumer is expected to
-
-        return torch.from_dlpack(arr) if arr.flags.writeable else torch.from_numpy(arr.copy())
-    return arr  # numpy arrays export __dlpack__: torch/cupy/jax.from_dlpack take them zero-copy
-
-
-def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype[Any], writable: bool) -> np.ndarray[Any, Any]:
-    if chosen == "local":
-        if ref.owner != st.owner:
-            raise TransportError("path 'local' needs the owner's own process")
-        sb = _native.transport_local(ref.buffer, False)
-    else:
-        sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable)
-    count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
-    arr: npt.NDArray[Any] = np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(ref.shape)
-    return arr
-
-
-def get(
-    ref: Ref,
-    *,
-    path: str | None = None,
-    writable: bool = False,
-    copy: bool = False,
-    out: np.ndarray[Any, Any] | None = None,
-    relay: bool | None = None,
-) -> Any:
-    """The referenced array, in any process.
-
-    Same process: a read-only view of the owner's buffer (writable=True: a copy). Same host: a read-only zero-copy mapping,
-    or with writable=True a private copy-on-write one. Other hosts: streamed over TCP into a new
-    array. copy=True always returns a private copy. out=array receives the bytes into a
-    caller's C-contiguous array of the same shape and dtype (and returns it): over TCP the
-    stream lands there directly. Raises OwnerGone (the owner exited),
-    StaleReference (it restarted), BufferFreed, AuthError, TransportError.
-
-    relay=True (default: ACCEL_TRANSPORT_RELAY=1) makes the readers of a buffer leased to
-    several (put(x, readers=N), N >= 2) that stream it over TCP pass it on to each other, on a
-    schedule the owner hands out as they join (a chain, or a tree of ACCEL_TRANSPORT_RELAY_FANOUT
-    children): the owner sends it once, and each reader forwards every piece as it lands. A
-    relay that fails or stalls sends its readers to the owner. The array returned is this
-    process's own read-only copy (other readers stream from it), so relay takes no out=.
-    """
-    if relay is None:
-        relay = os.environ.get("ACCEL_TRANSPORT_RELAY") == "1"
-    chosen = _path_for(ref, path, count=True)
-    st = _start()
-    t0 = time.perf_counter()
-    dtype = np.lib.format.descr_to_dtype(ref.dtype)
-    if ref.kind == "torch" and not copy:
-        writable = True  # torch has no read-only tensors: a private copy-on-write mapping instead
-    if out is not None and (out.shape != tuple(ref.shape) or out.dtype != dtype or not out.flags.c_contiguous):
-        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(ref.shape)}")
-    relayed = relay and chosen == "tcp" and ref.readers >= 2
-    if relayed and out is not None:
-        raise ValueError("relay=True returns this process's own copy, which other readers stream from: no out=")
-    try:
-        if relayed:
-            sb, _serve, _upstream, _fell_back = _native.transport_fetch_relayed(
-                ref.owner, ref.endpoint, ref.buffer, ref.nbytes
-            )
-            count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
-            arr = np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(ref.shape)
-            if copy or writable:
-                arr = arr.copy()
-        elif chosen == "tcp":
-            arr = np.empty(ref.shape, dtype=dtype) if out is None else out
-            _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, arr.reshape(-1).view(np.uint8))
-        elif chosen == "nixl":
-            arr = np.empty(ref.shape, dtype=dtype) if out is None else out
-            _get_nixl(ref, st, arr)
-        elif out is not None:
-            np.copyto(out, _view(ref, chosen, st, dtype, False))
-            arr = out
-        else:
-            arr = _view(ref, chosen, st, dtype, writable and not copy)
-            if copy or (writable and chosen == "local"):  # never hand out the owner's own bytes
-                arr = arr.copy()
-    except TransportError:
-        _native.transport_record(chosen, 0, 0.0, False)
-        raise
-    _native.transport_record(chosen, ref.nbytes, time.perf_counter() - t0, True)
-    if ref.readers:
-        _release(ref)
-    return _finish(arr, ref)
-
-
-def _get_nixl(ref: Ref, st: _State, arr: np.ndarray) -> None:
-    """A one-sided NIXL read of ``ref`` into ``arr``, then the owner confirms the buffer is
-    still published (a freed id never comes back, so the bytes read are the buffer's)."""
-    if not ref.nixl:
-        raise TransportError(
-            "this reference carries no NIXL ticket: the owner publishes with put(x, path='nixl') "
-            "or runs with ACCEL_TRANSPORT_NIXL=1"
-        )
-    ticket = _nixl.Ticket.decode(ref.nixl)
-    agent = _nixl_agent(st)
-    timeout = 5.0 + ref.nbytes / 50e6  # a hang guard: 50 MB/s is far below any NIXL path
-    try:
-        agent.read(ticket, arr.reshape(-1).view(np.uint8), timeout)
-    except _nixl.NixlDisconnected as e:
-        agent.forget(ticket.agent)
-        raise OwnerGone(f"the owner of this reference ({ref.owner}) has exited (NIXL: {e})") from e
-    except _nixl.NixlFailed as e:
-        # Say why, if the owner can: gone (OwnerGone) or the buffer freed (BufferFreed).
-        _native.transport_check(ref.owner, ref.endpoint, ref.buffer)
-        raise TransportError(str(e)) from e
-    _native.transport_check(ref.owner, ref.endpoint, ref.buffer)
-
-
-def _release(ref: Ref) -> None:
-    """Counts one read of a leased buffer at its owner (the last read frees it). The caller
-    already holds its copy or its mapping, so the bytes it has stay valid either way."""
-    try:
-        _native.transport_release(ref.owner, ref.endpoint, ref.buffer)
-    except (BufferFreed, OwnerGone):
-        pass  # freed by other means, or its owner is gone: nothing left to count
-
-
-def free(ref: Ref) -> bool:
-    """Release the buffer (from any process). False if it was already freed or its owner is gone."""
-    _start()
-    try:
-        _native.transport_free(ref.owner, ref.endpoint, ref.buffer)
-    except (BufferFreed, OwnerGone):
-        return False
-    return True
+# References and routes are named by this module, where users meet them: a pickled Ref (the
+# ~300 bytes that travel through Ray) reads `accel.transport.Ref`, as before the split.
+Ref.__module__ = Route.__module__ = __name__
 
 
 def reserve(nbytes: int, count: int = 1) -> None:
@@ -507,18 +87,16 @@ def reserve(nbytes: int, count: int = 1) -> None:
     empty() of that size is warm (creating and faulting a segment is the cold cost). Returns
     once they are in the pool, with the spare that the pool grows ahead of demand when two
     buffers of a size from 1 MiB are live at once (``ACCEL_TRANSPORT_SPARES``, default 1)."""
-    _start()
+    st = _start()
     buffers = [_native.transport_alloc(int(nbytes))[0] for _ in range(count)]  # mappings dropped here
     for buffer in buffers:
-        _native.transport_free(_state.owner, _state.endpoint, buffer)
+        _native.transport_free(st.owner, st.endpoint, buffer)
     _native.transport_settle()
 
 
 def channel(name: str, *, keep: int = 2) -> Channel:
     """A weight-sync channel owned by this process, publishing versions of a dict of arrays
     under `name` and keeping the newest `keep` (see `accel._channel`)."""
-    from ._channel import Channel
-
     return Channel(name, keep=keep)
 
 
@@ -571,11 +149,3 @@ def trim() -> None:
     if agent is not None:
         agent.deregister_all()
     _native.transport_trim()
-
-
-def _at_exit() -> None:
-    if _state.pid == os.getpid():
-        _native.transport_shutdown()
-
-
-atexit.register(_at_exit)

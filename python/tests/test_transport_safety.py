@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accel import _native, _nixl
+from accel import _buffers, _native, _nixl
 from accel import transport as T
 
 PEER = Path(__file__).with_name("transport_peer.py")
@@ -311,7 +311,7 @@ def test_the_secret_comes_from_a_0600_file_not_the_environment(tmp_path: Path) -
     secret_path = tmp_path / "transport-secret"
     env = {k: v for k, v in os.environ.items() if k != T.SECRET_VAR}
     env[T.SECRET_FILE_VAR] = str(secret_path)
-    mine = os.environ.get(T.SECRET_VAR) or T._read_secret_file(T.secret_file())  # what this process uses
+    mine = os.environ.get(T.SECRET_VAR) or _buffers._read_secret_file(T.secret_file())  # what this process uses
     assert mine
     secret_path.write_text(mine + "\n")
     secret_path.chmod(0o600)
@@ -358,7 +358,7 @@ def test_a_secret_file_of_another_user_is_refused(tmp_path: Path) -> None:
     planted = tmp_path / "transport-secret"
     plant(planted, b"the-other-users-own-secret-0123456789\n")
     with pytest.raises(T.TransportError, match=f"belongs to uid {STRANGER}"):
-        T._read_secret_file(str(planted))
+        _buffers._read_secret_file(str(planted))
     with pytest.raises(T.TransportError, match=f"belongs to uid {STRANGER}"):
         T.ensure_secret_file(str(planted))
     assert planted.read_bytes() == b"the-other-users-own-secret-0123456789\n", "ensure_secret_file rewrote it"
@@ -366,7 +366,7 @@ def test_a_secret_file_of_another_user_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(planted)
     with pytest.raises(T.TransportError, match=f"belongs to uid {STRANGER}"):
-        T._read_secret_file(str(link))
+        _buffers._read_secret_file(str(link))
     # A process told to take its secret from it does not start with it.
     env = {k: v for k, v in os.environ.items() if k != T.SECRET_VAR}
     env[T.SECRET_FILE_VAR] = str(planted)
