@@ -2,10 +2,31 @@
 //! fixed order, and name the first one that no node can satisfy, with the nearest feasible
 //! alternative (the largest bundle that fits, and the placement without that constraint).
 
-use crate::planner::{Attempt, Planner, Unit};
+use crate::cluster::Topo;
 use crate::request::{Bundle, Connectivity, Request};
-use crate::search::{self, Stage};
+use crate::search::{self, Meter, Stage};
 use crate::{Infeasible, PlanError};
+
+/// What the explanation asks of the planner. The planner implements it and calls [`explain`];
+/// this module never names the planner, so the two do not import each other.
+pub(crate) trait View {
+    fn topo(&self, node: usize) -> &Topo;
+    fn node_name(&self, node: usize) -> &str;
+    fn free_mask(&self, node: usize) -> u64;
+    fn meter(&self) -> &Meter;
+    fn selected_nodes(&self, request: &Request) -> Vec<usize>;
+    /// One representative node per interchangeable group among `nodes`.
+    fn representatives(&self, nodes: &[usize]) -> Vec<usize>;
+    /// A one-line summary of the placement of `request`, if it can be placed.
+    fn plan_summary(&mut self, request: &Request) -> Option<String>;
+}
+
+/// The best partial decision the planner reached: how many bundles it placed, and, when the
+/// request asks for one `same` domain, which node or domain value held them.
+pub(crate) struct Partial {
+    pub placed: usize,
+    pub holder: String,
+}
 
 /// The checks in the order they are applied; each stage adds one constraint.
 const STAGES: [&str; 7] = ["count", "capability", "free", "nic", "connectivity", "same_numa", "cpus"];
@@ -27,7 +48,7 @@ fn without(name: &str) -> Stage {
     st
 }
 
-fn labels(p: &Planner, node: usize, mask: u64) -> String {
+fn labels(p: &impl View, node: usize, mask: u64) -> String {
     let topo = p.topo(node);
     let names: Vec<&str> =
         topo.devices.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, d)| d.label.as_str()).collect();
@@ -75,7 +96,7 @@ fn condition(b: &Bundle, name: &str) -> String {
 }
 
 /// The best single placement of `bundle` over `nodes` under `st`, as text.
-fn best_text(p: &Planner, nodes: &[usize], bundle: &Bundle, st: Stage) -> Option<String> {
+fn best_text(p: &impl View, nodes: &[usize], bundle: &Bundle, st: Stage) -> Option<String> {
     let mut best: Option<(f64, usize, u64)> = None;
     for &n in nodes {
         let prep = search::prepare(p.topo(n), bundle, st);
@@ -92,7 +113,7 @@ fn best_text(p: &Planner, nodes: &[usize], bundle: &Bundle, st: Stage) -> Option
 }
 
 /// Diagnoses one bundle on its own; `None` when it fits by itself.
-fn diagnose(p: &Planner, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<Infeasible> {
+fn diagnose(p: &impl View, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<Infeasible> {
     for (s, &name) in STAGES.iter().enumerate() {
         let st = stage(s);
         let mut best: Option<(usize, u64)> = None;
@@ -152,12 +173,9 @@ fn diagnose(p: &Planner, nodes: &[usize], b: usize, bundle: &Bundle) -> Option<I
     None
 }
 
-pub(crate) fn explain(
-    p: &mut Planner,
-    request: &Request,
-    units: &[Unit],
-    best_partial: Option<(usize, Attempt)>,
-) -> PlanError {
+/// Why `request` cannot be met on any of the `units` candidate domains the planner tried,
+/// given its best partial decision.
+pub(crate) fn explain(p: &mut impl View, request: &Request, units: usize, best_partial: Option<Partial>) -> PlanError {
     let selected = p.selected_nodes(request);
     if selected.is_empty() {
         let want: Vec<String> = request.select.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -177,26 +195,15 @@ pub(crate) fn explain(
     }
     // Every bundle fits alone: the bundles do not fit together.
     let n = request.bundles.len();
-    let placed = best_partial.as_ref().map_or(0, |(_, a)| a.placed.len());
+    let placed = best_partial.as_ref().map_or(0, |b| b.placed);
     let (constraint, message) = match request.same.as_deref() {
         Some(kind) => {
-            let holder = match best_partial.as_ref().map(|(u, _)| &units[*u]) {
-                Some(Unit::Node(node)) => p.node_name(*node).to_owned(),
-                Some(Unit::Groups(groups)) => groups
-                    .first()
-                    .and_then(|g| p.label_value(g.0, kind))
-                    .map(|v| format!("{kind}={v}"))
-                    .unwrap_or_default(),
-                None => String::new(),
-            };
+            let holder = best_partial.as_ref().map(|b| b.holder.clone()).unwrap_or_default();
             let holder =
                 if holder.is_empty() { String::new() } else { format!("; the best, {holder}, holds {placed}") };
             (
                 "same".to_owned(),
-                format!(
-                    "no {kind} domain can hold all {n} bundles together ({units} candidates){holder}",
-                    units = units.len()
-                ),
+                format!("no {kind} domain can hold all {n} bundles together ({units} candidates){holder}",),
             )
         }
         None if request.strategy == crate::Strategy::Spread => {
@@ -207,25 +214,12 @@ pub(crate) fn explain(
     let mut relaxed = request.clone();
     let nearest = if request.same.is_some() {
         relaxed.same = None;
-        p.plan_bounded(&relaxed)
-            .ok()
-            .map(|pl| format!("without same={}: {}", request.same.as_deref().unwrap_or(""), summary(&pl)))
+        p.plan_summary(&relaxed).map(|pl| format!("without same={}: {pl}", request.same.as_deref().unwrap_or("")))
     } else if request.strategy == crate::Strategy::Spread {
         relaxed.strategy = crate::Strategy::Pack;
-        p.plan_bounded(&relaxed).ok().map(|pl| format!("with pack instead of spread: {}", summary(&pl)))
+        p.plan_summary(&relaxed).map(|pl| format!("with pack instead of spread: {pl}"))
     } else {
         None
     };
     PlanError::Infeasible(Infeasible { bundle: None, constraint, message, nearest, budget_exhausted: false })
-}
-
-fn summary(pl: &crate::Placement) -> String {
-    pl.bundles
-        .iter()
-        .map(|b| {
-            let devs: Vec<&str> = b.devices.iter().map(|d| d.label.as_str()).collect();
-            format!("bundle {} on {} ({})", b.bundle, b.node, devs.join(","))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }

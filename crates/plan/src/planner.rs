@@ -10,10 +10,11 @@ use accel_model::Machine;
 use serde::Serialize;
 
 use crate::cluster::{machine_domains, Cluster, MachineRef, Node, Topo, Topos};
+use crate::explain::{self, Partial, View};
 use crate::request::{Bundle, Request, Strategy};
 use crate::score::{score, Breakdown};
 use crate::search::{self, Meter, Prepared, Stage};
-use crate::{explain, PlanError};
+use crate::PlanError;
 
 /// Bonus for placing a bundle on a node an earlier bundle of the same `pack` request uses.
 pub const W_PACK: f64 = 20.0;
@@ -351,7 +352,7 @@ impl Planner {
         let units = self.units(request, None);
         // Constraints no selected node can meet even when empty go straight to the explanation.
         if self.impossible(request) {
-            return Err(explain::explain(self, request, &units, None));
+            return Err(explain::explain(self, request, units.len(), None));
         }
         let keys: Vec<u64> = request.bundles.iter().map(Planner::bundle_key).collect();
         let mut best: Option<Attempt> = None;
@@ -378,7 +379,19 @@ impl Planner {
             return Ok(self.placement(request, attempt));
         }
         let exhausted = self.meter.exhausted();
-        let mut err = explain::explain(self, request, &units, best_partial);
+        let partial = best_partial.map(|(u, attempt)| Partial {
+            placed: attempt.placed.len(),
+            holder: match (&units[u], request.same.as_deref()) {
+                (Unit::Node(node), _) => self.nodes[*node].name.clone(),
+                (Unit::Groups(groups), Some(kind)) => groups
+                    .first()
+                    .and_then(|g| self.label_value(g.0, kind))
+                    .map(|v| format!("{kind}={v}"))
+                    .unwrap_or_default(),
+                (Unit::Groups(_), None) => String::new(),
+            },
+        });
+        let mut err = explain::explain(self, request, units.len(), partial);
         if let PlanError::Infeasible(why) = &mut err {
             if exhausted && !why.budget_exhausted {
                 why.budget_exhausted = true;
@@ -615,21 +628,23 @@ impl Planner {
             })
             .collect()
     }
+}
 
-    // Accessors for the explanation module.
-    pub(crate) fn topo(&self, node: usize) -> &Topo {
+/// What the explanation reads of the planner.
+impl View for Planner {
+    fn topo(&self, node: usize) -> &Topo {
         &self.topos.list[self.nodes[node].topo]
     }
-    pub(crate) fn node_name(&self, node: usize) -> &str {
+    fn node_name(&self, node: usize) -> &str {
         &self.nodes[node].name
     }
-    pub(crate) fn free_mask(&self, node: usize) -> u64 {
+    fn free_mask(&self, node: usize) -> u64 {
         self.free[node]
     }
-    pub(crate) fn meter(&self) -> &Meter {
+    fn meter(&self) -> &Meter {
         &self.meter
     }
-    pub(crate) fn selected_nodes(&self, request: &Request) -> Vec<usize> {
+    fn selected_nodes(&self, request: &Request) -> Vec<usize> {
         (0..self.nodes.len())
             .filter(|&n| {
                 request.select.iter().all(|(k, v)| match k.as_str() {
@@ -639,14 +654,25 @@ impl Planner {
             })
             .collect()
     }
-    /// One representative node per interchangeable group among `nodes`, by `free` override.
-    pub(crate) fn representatives(&self, nodes: &[usize]) -> Vec<usize> {
+    fn representatives(&self, nodes: &[usize]) -> Vec<usize> {
         let mut seen = BTreeSet::new();
         nodes
             .iter()
             .copied()
             .filter(|&n| seen.insert((self.nodes[n].labels, self.nodes[n].topo, self.free[n])))
             .collect()
+    }
+    fn plan_summary(&mut self, request: &Request) -> Option<String> {
+        let pl = self.plan_bounded(request).ok()?;
+        let bundles: Vec<String> = pl
+            .bundles
+            .iter()
+            .map(|b| {
+                let devs: Vec<&str> = b.devices.iter().map(|d| d.label.as_str()).collect();
+                format!("bundle {} on {} ({})", b.bundle, b.node, devs.join(","))
+            })
+            .collect();
+        Some(bundles.join(", "))
     }
 }
 
@@ -670,7 +696,7 @@ fn validate(request: &Request) -> Result<(), PlanError> {
 }
 
 impl Planner {
-    pub(crate) fn label_value(&self, label_set: usize, kind: &str) -> Option<&str> {
+    fn label_value(&self, label_set: usize, kind: &str) -> Option<&str> {
         self.label_sets[label_set].get(kind).map(String::as_str)
     }
 }
