@@ -7,17 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{LinkKind, PciId};
 
-/// The registry files compiled into the binary: origin, the PCI vendor ids their entries use
-/// (checked by a test), and the text. A file is parsed the first time a lookup needs it, so
-/// start-up pays only for the vendors present on the machine.
-const BUILTIN: &[(&str, &[u16], &str)] = &[
-    ("builtin:nvidia.toml", &[0x10de], include_str!("../skus/nvidia.toml")),
-    ("builtin:amd.toml", &[0x1002], include_str!("../skus/amd.toml")),
-    ("builtin:google.toml", &[0x1ae0], include_str!("../skus/google.toml")),
-    ("builtin:aws.toml", &[0x1d0f], include_str!("../skus/aws.toml")),
-    ("builtin:intel.toml", &[0x8086, 0x1da3], include_str!("../skus/intel.toml")),
-    ("builtin:groq.toml", &[0x1de0], include_str!("../skus/groq.toml")),
-];
+/// The registry files compiled into the binary (every `skus/*.toml`, found by build.rs):
+/// origin, the PCI vendor ids their entries use (the file's `pci_vendors`, checked by a test),
+/// and the text. A file is parsed the first time a lookup needs it, so start-up pays only for
+/// the vendors present on the machine.
+const BUILTIN: &[(&str, &[u16], &str)] = include!(concat!(env!("OUT_DIR"), "/skus.rs"));
 
 /// One product, as the registry knows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +88,10 @@ pub enum SkuError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SkuFile {
+    /// The PCI vendor ids of the file's entries (required of built-in files, see build.rs).
+    #[serde(default)]
+    #[allow(dead_code)]
+    pci_vendors: Vec<u16>,
     #[serde(default)]
     sku: Vec<Sku>,
 }
@@ -237,18 +235,14 @@ impl SkuRegistry {
     }
 }
 
-/// The lowercase vendor id for a PCI vendor of accelerators, or `pci-<id>` for others.
+/// The lowercase vendor name of a PCI vendor: the name of the built-in SKU file that declares
+/// it (`intel.toml` declares 0x8086 and 0x1da3), or `pci-<id>` for others.
 pub fn vendor_name(vendor: PciId) -> String {
-    match vendor.0 {
-        0x10de => "nvidia".into(),
-        0x1002 => "amd".into(),
-        0x1ae0 => "google".into(),
-        0x1d0f => "aws".into(),
-        0x8086 | 0x1da3 => "intel".into(),
-        0x1de0 => "groq".into(),
-        0x1bcf => "nec".into(),
-        other => format!("pci-{other:04x}"),
-    }
+    BUILTIN
+        .iter()
+        .find(|(_, ids, _)| ids.contains(&vendor.0))
+        .and_then(|(origin, _, _)| origin.strip_prefix("builtin:")?.strip_suffix(".toml"))
+        .map_or_else(|| format!("pci-{:04x}", vendor.0), str::to_owned)
 }
 
 /// PCI ids are written as TOML integers (`0x10de`); JSON output shows them as the same hex string.
