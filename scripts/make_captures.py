@@ -525,6 +525,9 @@ def main():
     devices = [nvml_device(i, g, "NVIDIA GB200", 0x1652000000, 199715979264,
                            switch_links([18], [None], 5), fabric=fabric, c2c=1) for i, g in enumerate(gpus)]
     c.file("/accel/nvml.json", json.dumps({"driver_version": "570.133.20", "devices": devices}, indent=1))
+    # Recorded NVML readings for the agent (real values, provenance in the README below).
+    with open(os.path.join(HOSTS, "gb200-nvl72-tray", "nvml-metrics.json")) as f:
+        c.file("/accel/nvml-metrics.json", f.read())
     c.write("gb200-nvl72-tray", """
 # GB200 NVL72 compute tray (synthetic)
 
@@ -543,6 +546,26 @@ Sources:
 The NVLink switches are in other trays, so NVML reports remote type switch with no local PCI
 address: all four GPUs reach each other over 18 switched links (`NV18`), and the clique domain
 names the tray's four GPUs. Licence: generated data, Apache-2.0.
+
+## Recorded readings: `/accel/nvml-metrics.json` (from `nvml-metrics.json` beside this file)
+
+The NVIDIA family's `metrics` replays them (`accel agent --sample gb200-nvl72-tray`); the
+values are real readings from public sources, the devices they are placed on are this sample's
+own (its PCI addresses and UUIDs).
+
+
+- Device values (utilisation 0 %, FB memory used 2 MiB of 81559 MiB, power draw 72.02 W, GPU
+  temperature 33 C, SM clock 345 MHz, memory clock 2619 MHz, volatile ECC 0/0) are those of a
+  real, idle NVIDIA H100 80GB HBM3 (driver 545.23.08) in `nvidia-smi -a` as published in
+  PrincetonUniversity/gpu_programming_intro (the "What is a GPU?" README, node della-j11g1,
+  2024-02-23). They are an H100's, not a GB200's: no public GB200 `nvidia-smi -q` was found, so
+  the memory total is the H100's 80 GB.
+- NVLink data counters of links 0-7 (`nvidia-smi nvlink -i 0 -gt d`, KiB) are those of a real
+  NVIDIA H800 (GPU-34bf77d1-...), from a public nvidia-smi tutorial that shows the counters idle
+  and during LLaMA-13B training (source it cites: https://www.inte.net/news/270918.html). GPUs 0
+  and 1 carry the training counters, GPUs 2 and 3 the idle ones. The tray's GPUs have 18 links;
+  only the 8 recorded ones carry counters.
+- NVLink error counters and XIDs were not in those outputs and are absent (no series).
 """)
     # RTX PRO 6000 Blackwell server: 8 PCIe GPUs, two per switch, one NIC per switch.
     c = Capture("SYS-422GL-NR", "Supermicro", "rtxpro")

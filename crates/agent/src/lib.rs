@@ -2,8 +2,8 @@
 //! accelerator and link metrics in Prometheus form (`/metrics`), the Ray cluster view
 //! (`/v1/cluster`) and a dashboard (`/`) whose assets are compiled into the binary.
 //!
-//! Readers ([`readers`]) turn each vendor interface (NVML, amdgpu sysfs, habanalabs sysfs,
-//! external plugins' `metrics` verb) into one vendor-neutral [`readings::Readings`]; a
+//! Readers ([`readers`]) ask every family's `metrics` (built-in readers and external plugins'
+//! `metrics` verb, through the plugin contract) for one vendor-neutral [`readings::Readings`]; a
 //! background task samples them every interval and [`metrics`] renders the exposition once
 //! per sample, so a scrape only copies the latest text. [`listener`] bounds what clients can
 //! hold (timeouts, a connection cap, a shutdown that does not wait on them).
@@ -14,8 +14,8 @@ pub mod files;
 pub mod listener;
 pub mod metrics;
 pub mod readers;
-pub mod readings;
-pub mod recordings;
+/// The readings document, owned by discovery (the plugin contract's `metrics`).
+pub use accel_discover::readings;
 pub mod server;
 pub mod transport;
 

@@ -71,8 +71,11 @@ pub const FAMILIES: &[(&str, &str)] = &[
     ),
     ("accel_hw_gpu_clock_hertz", "Current clock of one clock domain (sm = compute, memory, soc)"),
     ("accel_hw_errors", "Error counters by type: ECC corrected/uncorrected, RAS blocks (hw.errors)"),
-    ("accel_hw_gpu_xid_last", "The last XID the NVIDIA driver reported (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)"),
-    ("accel_hw_gpu_link_io_bytes", "Bytes through one scale-up link (NVLink, xGMI), by direction (hw.gpu.io per link)"),
+    (
+        "accel_hw_gpu_xid_last",
+        "The last XID (driver error code) the device's driver reported (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)",
+    ),
+    ("accel_hw_gpu_link_io_bytes", "Bytes through one scale-up link, by direction (hw.gpu.io per link)"),
     ("accel_hw_gpu_link_errors", "Errors on one scale-up link (replay, recovery, CRC)"),
     ("accel_topology_links", "Scale-up links discovery found between two devices (bonded link count)"),
     ("accel_discovery_warnings", "Warnings discovery raised, by source"),

@@ -16,32 +16,21 @@ fn fixture(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
-fn readers(host: Host, live: bool) -> Readers {
-    Readers {
-        nvml: Readers::nvml_for(&host, live),
-        host,
-        plugin_dir: None,
-        plugin_timeout: Duration::from_secs(5),
-        replay: None,
-        live,
-    }
+fn readers(host: Host) -> Readers {
+    Readers::new(host, default_plugins())
 }
 
 /// The gb200 sample with its recorded NVML readings, as `accel agent --sample` builds it.
 fn gb200() -> (accel_model::Machine, Readers) {
-    let mut tree = accel_discover::samples::tree("gb200-nvl72-tray").unwrap();
-    for (path, bytes) in accel_agent::recordings::for_sample("gb200-nvl72-tray") {
-        tree.add_file(path, bytes);
-    }
-    let host = Host::in_memory(Arc::new(tree), SkuRegistry::builtin());
+    let host = accel_discover::samples::host("gb200-nvl72-tray", SkuRegistry::builtin()).unwrap();
     let machine = discover(&host, &default_plugins());
-    (machine, readers(host, false))
+    (machine, readers(host))
 }
 
 #[test]
 fn amdgpu_sysfs_recording_replays() {
     let host = Host::new(fixture("amdgpu-vega56"), SkuRegistry::builtin());
-    let s = readers(host, false).sample();
+    let s = readers(host).sample();
     assert_eq!(s.readings.devices.len(), 1, "{s:?}");
     let d = &s.readings.devices[0];
     assert_eq!(d.pci, "0000:0b:00.0");
@@ -55,7 +44,7 @@ fn amdgpu_sysfs_recording_replays() {
     assert_eq!(d.errors["ecc_corrected_total"], 1);
     assert_eq!(d.errors["ecc_uncorrected_total"], 0);
     assert!(s.readings.links.is_empty(), "no xGMI counters in text sysfs");
-    assert_eq!(s.readers[0].name, "amdgpu");
+    assert_eq!(s.readers[0].name, "amd");
     assert_eq!(s.readers[0].source, "recording");
 }
 
@@ -71,7 +60,7 @@ fn gaudi_sysfs_reader_follows_the_habanalabs_abi() {
     t.add_file(format!("{dev}/hwmon/hwmon2/temp1_input"), "41000\n");
     t.add_file(format!("{dev}/hwmon/hwmon2/power1_input"), "120000000\n");
     let host = Host::in_memory(Arc::new(t), SkuRegistry::builtin());
-    let (r, w) = accel_agent::readers::sysfs::read_gaudi(&host);
+    let (r, w) = accel_discover::families::gaudi::metrics::read(&host);
     assert!(w.is_empty(), "{w:?}");
     assert_eq!(r.devices.len(), 1);
     assert_eq!(r.devices[0].pci, "0000:33:00.0");
@@ -85,7 +74,7 @@ fn gaudi_sysfs_reader_follows_the_habanalabs_abi() {
 fn a_node_without_vendor_interfaces_emits_no_device_series() {
     let host = accel_discover::samples::host("mi300x", SkuRegistry::builtin()).unwrap();
     let machine = discover(&host, &default_plugins());
-    let s = readers(host, false).sample();
+    let s = readers(host).sample();
     assert!(s.readings.devices.is_empty());
     let text = accel_agent::metrics::render(&machine, &s);
     assert!(text.contains("accel_device_info{"), "{text}");
@@ -136,7 +125,7 @@ fn gb200_sample_renders_every_family_with_device_labels() {
         text.contains(r#"accel_topology_links{a="nvidia-0008:01:00.0",b="nvidia-0009:01:00.0",kind="nvswitch"} 18"#),
         "{text}"
     );
-    assert!(text.contains(r#"accel_reader_up{reader="nvml",source="recording"} 1"#));
+    assert!(text.contains(r#"accel_reader_up{reader="nvidia",source="recording"} 1"#));
     assert!(text.trim_end().ends_with("# EOF"));
     // Every family that appears has one HELP and one TYPE line.
     for l in text.lines().filter(|l| l.starts_with("# TYPE ")) {
@@ -172,7 +161,9 @@ fn partitioned_devices_join_by_partition() {
 fn start(token: Option<&str>) -> SocketAddr {
     let (machine, readers) = gb200();
     let (tx, rx) = std::sync::mpsc::channel();
-    let env = serde_json::to_string(&accel_discover::fingerprint::collect_with(&readers.host, &machine)).unwrap();
+    let env =
+        serde_json::to_string(&accel_discover::fingerprint::collect_with(&readers.host, &machine, &readers.plugins))
+            .unwrap();
     let config = accel_agent::Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         node_name: "tray-0".into(),

@@ -6,11 +6,10 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accel_agent::readers::Readers;
-use accel_discover::{default_plugins, discover, Host};
+use accel_discover::{default_plugins, discover};
 use accel_model::SkuRegistry;
 
 /// A change to the discovered machine before it is served.
@@ -28,23 +27,12 @@ struct Setup {
 
 /// The gb200 sample with its recorded readings, served on 127.0.0.1 and an OS-chosen port.
 fn start(setup: Setup) -> SocketAddr {
-    let mut tree = accel_discover::samples::tree("gb200-nvl72-tray").unwrap();
-    for (path, bytes) in accel_agent::recordings::for_sample("gb200-nvl72-tray") {
-        tree.add_file(path, bytes);
-    }
-    let host = Host::in_memory(Arc::new(tree), SkuRegistry::builtin());
+    let host = accel_discover::samples::host("gb200-nvl72-tray", SkuRegistry::builtin()).unwrap();
     let mut machine = discover(&host, &default_plugins());
     if let Some(change) = setup.machine {
         change(&mut machine);
     }
-    let readers = Readers {
-        nvml: Readers::nvml_for(&host, false),
-        host,
-        plugin_dir: None,
-        plugin_timeout: Duration::from_secs(5),
-        replay: None,
-        live: false,
-    };
+    let readers = Readers::new(host, default_plugins());
     let config = accel_agent::Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         node_name: "tray-0".into(),

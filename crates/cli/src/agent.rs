@@ -3,12 +3,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use accel_agent::readers::Readers;
-use accel_discover::Host;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::SourceArgs;
@@ -74,10 +72,13 @@ pub fn run(args: AgentArgs) -> Result<()> {
         }
         None => None,
     };
-    let (host, live) = agent_host(&args.source)?;
-    // The same discovery as every other command (built-in and external plugins).
-    let machine = accel_discover::discover_all(&host, &crate::exec_options());
-    let env = serde_json::to_string(&accel_discover::fingerprint::collect_with(&host, &machine))
+    let host = crate::make_host(&args.source)?;
+    // The same plugins as every other command (built-in and external): discovery, the
+    // fingerprint and the readings all use this one list.
+    let (plugins, plugin_warnings) = accel_discover::plugins_with_external(&crate::exec_options());
+    let mut machine = accel_discover::discover(&host, &plugins);
+    machine.warnings.extend(plugin_warnings);
+    let env = serde_json::to_string(&accel_discover::fingerprint::collect_with(&host, &machine, &plugins))
         .context("cannot serialise the environment fingerprint")?;
     let node_name = args
         .node_name
@@ -85,14 +86,8 @@ pub fn run(args: AgentArgs) -> Result<()> {
         .or_else(|| args.source.sample.clone())
         .or_else(|| machine.host.hostname.clone())
         .unwrap_or_else(|| "node".into());
-    let readers = Readers {
-        nvml: Readers::nvml_for(&host, live),
-        host,
-        plugin_dir: std::env::var_os("ACCEL_PLUGIN_DIR").filter(|d| !d.is_empty()).map(PathBuf::from),
-        plugin_timeout: Duration::from_secs(5),
-        replay,
-        live,
-    };
+    // The same families discovery ran, asked for their `metrics`.
+    let readers = Readers { replay, ..Readers::new(host, plugins) };
     let config = accel_agent::Config {
         listen: args.listen,
         node_name,
@@ -107,20 +102,4 @@ pub fn run(args: AgentArgs) -> Result<()> {
         limits: accel_agent::Limits::default(),
     };
     accel_agent::serve(config, |addr| eprintln!("accel agent: serving http://{addr}/")).map_err(anyhow::Error::from)
-}
-
-/// The host to read: a sample with its recorded readings added, or what the other commands read.
-fn agent_host(args: &SourceArgs) -> Result<(Host, bool)> {
-    if let Some(name) = &args.sample {
-        let registry = crate::registry(&args.registry)?;
-        let Some(mut tree) = accel_discover::samples::tree(name) else {
-            bail!("no sample named {name:?}; `accel samples` lists them");
-        };
-        for (path, bytes) in accel_agent::recordings::for_sample(name) {
-            tree.add_file(path, bytes);
-        }
-        return Ok((Host::in_memory(Arc::new(tree), registry).with_labels_file(args.labels_file.clone()), false));
-    }
-    let live = args.root == std::path::Path::new("/");
-    Ok((crate::make_host(args)?, live))
 }

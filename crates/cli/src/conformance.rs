@@ -70,29 +70,25 @@ pub fn run(args: &ConformanceArgs, out: &mut impl Write) -> Result<bool> {
         // Rendered from the JSON document, so the page shows exactly what --json reports.
         let text = serde_json::to_string(&report)?;
         let back: conformance::Report = serde_json::from_str(&text)?;
-        out.write_all(conformance::markdown(&back, MATURITY_COMMAND).as_bytes())?;
+        out.write_all(conformance::markdown(&back, conformance::MATURITY_COMMAND).as_bytes())?;
     } else {
         out.write_all(text(&report).as_bytes())?;
     }
     Ok(ok)
 }
 
-/// The command that writes docs/maturity.md (a test runs it and compares).
-pub const MATURITY_COMMAND: &str = "ACCEL_PLUGIN_DIR=examples/plugins/ascend accel conformance \\\n  --capture examples/plugins/ascend/capture --markdown > docs/maturity.md";
-
 fn text(report: &conformance::Report) -> String {
-    let mut s = String::from("plugin        discover  topology  isolate  metrics  captures\n");
+    let mut s = format!("{:<13}", "plugin");
+    for c in conformance::CAPABILITIES {
+        s.push_str(&format!(" {c:<9}"));
+    }
+    s.push_str(" captures\n");
     for p in &report.plugins {
-        let tier = |c: &str| p.tiers.get(c).map_or("none".to_owned(), |g| g.tier.clone());
-        s.push_str(&format!(
-            "{:<13} {:<9} {:<9} {:<8} {:<8} {}\n",
-            p.name,
-            tier("discover"),
-            tier("topology"),
-            tier("isolate"),
-            tier("metrics"),
-            p.captures.len()
-        ));
+        s.push_str(&format!("{:<13}", p.name));
+        for c in conformance::CAPABILITIES {
+            s.push_str(&format!(" {:<9}", p.tiers.get(c).map_or("none", |g| g.tier.as_str())));
+        }
+        s.push_str(&format!(" {}\n", p.captures.len()));
         for c in &p.captures {
             for k in c.checks.iter().filter(|k| k.status == Status::Fail) {
                 s.push_str(&format!("  FAIL {} on {}: {}\n", k.name, c.capture, k.detail));

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 #[derive(Debug, Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    after_help = "Every field names its source (a file, dpkg, NVML, the environment), or says it is unknown.\n\nExamples:\n  accel env --json > a.json          this machine's fingerprint\n  accel env diff a.json b.json       what differs (exit 0: nothing, 1: something, 2: bad input)"
+    after_help = "Every field names its source (a file, dpkg, a vendor library, the environment), or says it is unknown.\n\nExamples:\n  accel env --json > a.json          this machine's fingerprint\n  accel env diff a.json b.json       what differs (exit 0: nothing, 1: something, 2: bad input)"
 )]
 pub struct EnvArgs {
     #[command(subcommand)]

@@ -206,9 +206,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Labels(args) => {
             let machine = discover_machine(&args.source)?;
             match args.format {
-                LabelFormat::Ray => writeln!(out, "{}", accel_discover::export::ray_labels(&machine).to_args())?,
+                LabelFormat::Ray => writeln!(out, "{}", accel_discover::labels::ray_labels(&machine).to_args())?,
                 LabelFormat::K8s => {
-                    for (k, v) in accel_discover::export::k8s_labels(&machine) {
+                    for (k, v) in accel_discover::labels::k8s_labels(&machine) {
                         writeln!(out, "{k}={v}")?;
                     }
                 }
@@ -217,9 +217,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Capture(args) => {
             let host = make_host(&args.source)?;
             let machine = accel_discover::discover_all(&host, &exec_options());
-            let (mut tree, warnings) = accel_discover::capture::capture(&host, &machine);
+            let (plugins, _) = accel_discover::plugins_with_external(&exec_options());
+            let (mut tree, warnings) = accel_discover::capture::capture(&host, &machine, &plugins);
             // The environment it came from travels with it (`accel env diff` reads it).
-            let fingerprint = accel_discover::fingerprint::collect_with(&host, &machine);
+            let fingerprint = accel_discover::fingerprint::collect_with(&host, &machine, &plugins);
             tree.add_file("/accel/env.json", serde_json::to_vec_pretty(&fingerprint)?);
             std::fs::create_dir_all(&args.out_dir)
                 .with_context(|| format!("cannot create {}", args.out_dir.display()))?;

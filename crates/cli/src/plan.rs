@@ -229,8 +229,9 @@ fn bench_cluster(nodes: usize) -> Result<Cluster> {
             .map_or("dgx-h100", |(n, _)| n);
         let mut labels = BTreeMap::new();
         labels.insert("rack".to_owned(), format!("r{}", i / 32));
-        if name == "gb200-nvl72-tray" {
-            labels.insert("nvlink_clique".to_owned(), format!("clique-{}", i / 32));
+        // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack.
+        for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(|d| d.scale_up) {
+            labels.insert(d.kind.as_str().to_owned(), format!("{}-{}", d.kind.as_str(), i / 32));
         }
         cluster.nodes.push(ClusterNode {
             name: format!("n{i}"),

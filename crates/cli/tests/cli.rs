@@ -171,11 +171,8 @@ fn topo_on_the_live_machine() {
     }
 }
 
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("accel-cli-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn tempdir(name: &str) -> accel_testdata::TempDir {
+    accel_testdata::TempDir::new(&format!("cli-test-{name}"))
 }
 
 #[test]
@@ -184,7 +181,8 @@ fn agent_refuses_a_network_listener_without_a_token() {
     assert_eq!(out.status.code(), Some(2), "invalid usage exits 2");
     let err = one_line_error(&out);
     assert!(err.contains("refusing to listen on 0.0.0.0:0 without a token") && err.contains("--token-file"), "{err}");
-    let short = tempdir("agent-token").join("token");
+    let dir = tempdir("agent-token");
+    let short = dir.join("token");
     std::fs::write(&short, "tooshort\n").unwrap();
     let out = accel(&["agent", "--listen", "0.0.0.0:0", "--token-file", short.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2));

@@ -40,8 +40,7 @@ fn export_help_teaches_each_format() {
 
 #[test]
 fn nfd_output_is_written_whole_and_leaves_no_temporary_file() {
-    let dir = std::env::temp_dir().join(format!("accel-nfd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = accel_testdata::TempDir::new("nfd");
     let file = dir.join("accel");
     std::fs::write(&file, "old=1\n").unwrap();
     let out = accel(&["export", "nfd", "--sample", "dgx-h100", "--output", file.to_str().unwrap()]);
@@ -59,9 +58,7 @@ fn nfd_output_is_written_whole_and_leaves_no_temporary_file() {
 /// shell plants that link for its own pid and `exec`s accel under the same pid.
 #[test]
 fn nfd_output_never_follows_a_planted_temporary_name() {
-    let dir = std::env::temp_dir().join(format!("accel-nfd-plant-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = accel_testdata::TempDir::new("nfd-plant");
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     let script = format!(
@@ -84,8 +81,7 @@ fn bad_input_exits_2() {
         &accel(&["export", "slurm", "--cluster", "/nonexistent.json", "--out-dir", "/tmp/x"]),
         "cannot read cluster",
     );
-    let dir = std::env::temp_dir().join(format!("accel-slurm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = accel_testdata::TempDir::new("slurm");
     let bad = dir.join("bad.json");
     std::fs::write(&bad, "{\"nodes\": 3}").unwrap();
     let out_dir = dir.join("out");

@@ -185,3 +185,71 @@ fn agent_metrics_come_from_its_own_metrics_verb() {
         "no reading for NPU 3 was recorded: {metrics}"
     );
 }
+
+/// `accel capture` keeps what the plugin declares (`capture` in its `version` answer): its
+/// device nodes and its recorded `npu-smi` table, so the bundle is discovered like the
+/// directory, and the plugin (run on a private copy of the bundle) finds its devices there too.
+#[test]
+fn capture_keeps_what_the_plugin_declares() {
+    let dir = TempDir::new("ascend-capture");
+    let out = dir.join("cap");
+    stdout(accel(&["capture", out.to_str().unwrap(), "--root", &capture()], Some(&example())));
+    let bundle = std::fs::read(out.join("capture.bundle")).unwrap();
+    let tree = accel_discover::fs::MemTree::parse_bundle(&bundle).unwrap();
+    let path = |p: &str| std::path::PathBuf::from(p);
+    assert!(tree.file(&path("/accel/npu-smi-info.txt")).is_some_and(|t| !t.is_empty()), "npu-smi table kept");
+    assert_eq!(tree.file(&path("/dev/davinci0")), Some(&b""[..]), "device node kept as an empty file");
+    let npus = |root: &str| -> usize {
+        let m: serde_json::Value =
+            serde_json::from_str(&stdout(accel(&["discover", "--root", root, "--json"], Some(&example())))).unwrap();
+        m["accelerators"].as_array().unwrap().iter().filter(|a| a["plugin"] == "ascend").count()
+    };
+    let from_dir = npus(&capture());
+    assert!(from_dir > 0);
+    assert_eq!(npus(out.join("capture.bundle").to_str().unwrap()), from_dir);
+    // Without the plugin, the bundle holds none of its files.
+    let bare = dir.join("bare");
+    stdout(accel(&["capture", bare.to_str().unwrap(), "--root", &capture()], None));
+    let tree = accel_discover::fs::MemTree::parse_bundle(&std::fs::read(bare.join("capture.bundle")).unwrap()).unwrap();
+    assert!(tree.file(&path("/accel/npu-smi-info.txt")).is_none());
+}
+
+/// A plugin gets an allow-listed environment: the base set, `ACCEL_ROOT`, `ACCEL_PROTOCOL` and
+/// what it declares in `version` (`env`), never an undeclared variable or a secret-named one,
+/// even when declared.
+#[test]
+fn a_plugin_sees_only_its_allow_listed_environment() {
+    let dir = TempDir::new("envdump");
+    let plugin = dir.join("accel-plugin-envdump");
+    std::fs::write(
+        &plugin,
+        r#"#!/bin/sh
+cat > /dev/null
+case "$1" in
+  version) echo '{"protocol": 1, "name": "envdump", "version": "1", "env": ["DECLARED_VAR", "MY_SECRET_TOKEN"]}' ;;
+  discover) printf '{"protocol": 1, "accelerators": [], "attributes": {"seen": "%s"}}\n' "$(env | cut -d= -f1 | sort | tr '\n' ' ')" ;;
+  *) exit 3 ;;
+esac
+"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_accel"))
+        .args(["discover", "--root", &capture(), "--json"])
+        .env("ACCEL_PLUGIN_DIR", dir.path())
+        .env("DECLARED_VAR", "1")
+        .env("UNDECLARED_VAR", "1")
+        .env("MY_SECRET_TOKEN", "hunter2")
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_str(&stdout(out)).unwrap();
+    let seen: Vec<&str> = m["attributes"]["seen"].as_str().unwrap().split_whitespace().collect();
+    for want in ["PATH", "ACCEL_ROOT", "ACCEL_PROTOCOL", "DECLARED_VAR", "LC_ALL"] {
+        assert!(seen.contains(&want), "{want} missing: {seen:?}");
+    }
+    for never in ["UNDECLARED_VAR", "MY_SECRET_TOKEN", "ACCEL_PLUGIN_DIR", "CARGO_MANIFEST_DIR"] {
+        assert!(!seen.contains(&never), "{never} passed on: {seen:?}");
+    }
+}

@@ -11,10 +11,8 @@ fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("accel-cli-plan-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> accel_testdata::TempDir {
+    accel_testdata::TempDir::new(&format!("cli-plan-{name}"))
 }
 
 #[test]

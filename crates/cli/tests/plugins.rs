@@ -52,8 +52,7 @@ fn ascend_through_the_protocol_alone() {
     assert!(k8s.contains("accel.io/accelerator-count=8"), "{k8s}");
 
     // Plan two NPUs on one NUMA node with bf16 (the plugin's dtypes), and isolate them.
-    let dir = std::env::temp_dir().join(format!("accel-ascend-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = accel_testdata::TempDir::new("ascend");
     let cluster = dir.join("cluster.json");
     std::fs::write(&cluster, serde_json::json!({"nodes": [{"name": "atlas-0", "machine": m}]}).to_string()).unwrap();
     let request = dir.join("request.json");

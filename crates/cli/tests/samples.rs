@@ -39,8 +39,8 @@ fn samples_topo_and_labels() {
 
 #[test]
 fn capture_then_discover_the_bundle() {
-    let dir = std::env::temp_dir().join(format!("accel-cli-capture-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = accel_testdata::TempDir::new("cli-capture");
+    let dir = tmp.path().join("capture");
     let out = accel(&["capture", dir.to_str().unwrap(), "--sample", "gb200-nvl72-tray"]);
     assert!(out.contains("4 accelerators"), "{out}");
     assert!(dir.join("README.md").exists());

@@ -1,16 +1,15 @@
-//! `accel capture`: copies the allow-listed sysfs and procfs files discovery reads (plus the NVML
-//! snapshot and the metadata answers) from a host into an in-memory tree, written out as a
-//! bundle. Nothing else is copied: no `config` space, no serial numbers beyond what the report
+//! `accel capture`: copies the allow-listed sysfs and procfs files discovery reads (the host
+//! layer's, and what each family asks to keep: its vendor trees, its runtime's and the metadata
+//! services' answers) from a host into an in-memory tree, written out as a bundle. Nothing else is copied: no `config` space, no serial numbers beyond what the report
 //! already shows, no process data.
 
 use std::path::{Path, PathBuf};
 
-use accel_model::{DomainKind, Machine, PciAddr, Warning};
+use accel_model::{Machine, PciAddr, Warning};
 
 use crate::fs::MemTree;
-use crate::nvidia::RECORDED_NVML;
-use crate::platform::{RECORDED_GCE, RECORDED_IMDS, RECORDED_LABELS};
-use crate::Host;
+use crate::plugin::Keep;
+use crate::{Host, Vendor};
 
 const SRC: &str = "capture";
 
@@ -29,17 +28,6 @@ const PCI_ATTRS: &[&str] = &[
     "current_link_width",
     "max_link_speed",
     "max_link_width",
-    // amdgpu
-    "mem_info_vram_total",
-    "unique_id",
-    "current_compute_partition",
-    "current_memory_partition",
-    // i915
-    "lmem_total_bytes",
-    // habanalabs
-    "device_type",
-    "module_id",
-    "pci_addr",
 ];
 
 struct Copier<'h> {
@@ -69,15 +57,67 @@ impl Copier<'_> {
         self.host.resolve_link(p)
     }
 
-    /// One PCI function's directory: its attributes, its driver link, xe tile memory.
-    fn pci_dir(&mut self, dir: &Path) {
+    /// One PCI function's directory: its attributes and the families' (`extra`), its driver link.
+    fn pci_dir(&mut self, dir: &Path, extra: &[String]) {
         self.dir_files(dir, PCI_ATTRS);
         if let Some(target) = self.host.raw_link(&dir.join("driver")) {
             let at = self.machine_path(&dir.join("driver"));
             self.tree.add_link(at, target);
         }
-        for tile in self.list(dir).into_iter().filter(|t| t.starts_with("tile")) {
-            self.file(&dir.join(tile).join("physical_vram_size_bytes"));
+        for rel in extra {
+            match rel.split_once('/') {
+                Some((first, rest)) if first.ends_with('*') => {
+                    let prefix = first.trim_end_matches('*');
+                    for entry in self.list(dir).into_iter().filter(|t| t.starts_with(prefix)) {
+                        self.file(&dir.join(entry).join(rest));
+                    }
+                }
+                _ => self.file(&dir.join(rel)),
+            }
+        }
+    }
+
+    /// What one family asked to keep.
+    fn keep(&mut self, keep: Keep) {
+        let p = |abs: &str| self.host.path(abs);
+        match keep {
+            Keep::File(path) => self.file(&p(&path)),
+            Keep::Tree { path, depth } => {
+                let path = p(&path);
+                if self.host.is_dir(&path) {
+                    self.tree_files(&path, depth);
+                } else {
+                    self.file(&path);
+                }
+            }
+            Keep::PciAttributes(_) => {}
+            Keep::ClassLinks(class) => {
+                let dir = p(&class);
+                for name in self.list(&dir) {
+                    if let Some(target) = self.link(&dir.join(&name)) {
+                        self.link(&target.join("device"));
+                    }
+                }
+            }
+            Keep::EachEntry { dir, file } => {
+                let dir = p(&dir);
+                for name in self.list(&dir) {
+                    self.file(&dir.join(name).join(&file));
+                }
+            }
+            Keep::DeviceNodes { dir, prefix, digits } => {
+                let dir = p(&dir);
+                for name in self.list(&dir) {
+                    let rest = name.strip_prefix(prefix.as_str()).unwrap_or("");
+                    let matches = name.starts_with(prefix.as_str())
+                        && (!digits || (!rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit())));
+                    if matches {
+                        let at = self.machine_path(&dir.join(name));
+                        self.tree.add_file(at, "");
+                    }
+                }
+            }
+            Keep::Record { path, bytes } => self.tree.add_file(path, bytes),
         }
     }
 
@@ -110,10 +150,20 @@ impl Copier<'_> {
     }
 }
 
-/// Copies what discovery of `host` reads. `machine` (discovered from the same host) supplies the
-/// network answers to record.
-pub fn capture(host: &Host, machine: &Machine) -> (MemTree, Vec<Warning>) {
+/// Copies what discovery of `host` reads: the host layer's files, and what each of `plugins`
+/// asks to keep ([`Vendor::capture`]). `machine` (discovered from the same host) supplies the
+/// answers to record.
+pub fn capture(host: &Host, machine: &Machine, plugins: &[Box<dyn Vendor>]) -> (MemTree, Vec<Warning>) {
     let mut c = Copier { host, tree: MemTree::new(), warnings: Vec::new() };
+    let keeps: Vec<Keep> = plugins.iter().flat_map(|plugin| plugin.capture(host, machine)).collect();
+    let pci_extra: Vec<String> = keeps
+        .iter()
+        .filter_map(|k| match k {
+            Keep::PciAttributes(files) => Some(files.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
     let p = |abs: &str| host.path(abs);
     c.dir_files(&p("/sys/class/dmi/id"), &["product_name", "sys_vendor"]);
     c.file(&p("/proc/sys/kernel/hostname"));
@@ -137,10 +187,10 @@ pub fn capture(host: &Host, machine: &Machine) -> (MemTree, Vec<Warning>) {
                         .and_then(|n| n.to_str())
                         .is_some_and(|n| n.len() >= 12 && n.parse::<PciAddr>().is_ok())
                 }) {
-                    c.pci_dir(&parent);
+                    c.pci_dir(&parent, &pci_extra);
                     up = parent.parent().map(Path::to_path_buf);
                 }
-                c.pci_dir(&dir);
+                c.pci_dir(&dir, &pci_extra);
             }
             None => c.dir_files(&entry, PCI_ATTRS),
         }
@@ -160,56 +210,8 @@ pub fn capture(host: &Host, machine: &Machine) -> (MemTree, Vec<Warning>) {
             }
         }
     }
-    // Vendor trees.
-    c.tree_files(&p("/sys/class/kfd/kfd/topology"), 5);
-    c.tree_files(&p("/sys/devices/virtual/neuron_device"), 4);
-    let accel = p("/sys/class/accel");
-    for name in c.list(&accel) {
-        if let Some(target) = c.link(&accel.join(&name)) {
-            c.link(&target.join("device"));
-        }
-    }
-    let gpus = p("/proc/driver/nvidia/gpus");
-    for name in c.list(&gpus) {
-        c.file(&gpus.join(name).join("information"));
-    }
-    for dev in ["/dev/vfio", "/dev"] {
-        let dir = p(dev);
-        for name in c.list(&dir) {
-            let keep =
-                if dev == "/dev" { name.starts_with("accel") } else { name.chars().all(|ch| ch.is_ascii_digit()) };
-            if keep {
-                let at = c.machine_path(&dir.join(name));
-                c.tree.add_file(at, "");
-            }
-        }
-    }
-    // What NVML and the network said, recorded for replay.
-    if let Some(Ok(snapshot)) = host.nvml().map(|n| n.snapshot()) {
-        if let Ok(json) = serde_json::to_string_pretty(&snapshot) {
-            c.tree.add_file(RECORDED_NVML, json);
-        }
-    } else {
-        c.file(&p(RECORDED_NVML));
-    }
-    if let Some(env) = machine.attributes.get("gce.tpu-env") {
-        c.tree.add_file(format!("{RECORDED_GCE}/tpu-env"), env.as_str());
-    }
-    for d in &machine.domains {
-        if d.kind == DomainKind::ZONE && d.source.starts_with("gce-metadata") {
-            c.tree.add_file(format!("{RECORDED_GCE}/zone"), format!("zones/{}", d.name));
-        }
-        if d.kind == DomainKind::ZONE && d.source.starts_with("ec2-imds") {
-            c.tree.add_file(format!("{RECORDED_IMDS}/availability-zone"), d.name.as_str());
-        }
-    }
-    match host.labels_file() {
-        Some(path) => {
-            if let Ok(text) = crate::platform::read_outside(path) {
-                c.tree.add_file(RECORDED_LABELS, text);
-            }
-        }
-        None => c.file(&p(RECORDED_LABELS)),
+    for keep in keeps {
+        c.keep(keep);
     }
     (c.tree, c.warnings)
 }

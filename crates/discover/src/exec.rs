@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use accel_model::{Accelerator, Domain, Link, Machine, Warning};
@@ -79,6 +79,64 @@ pub struct ExecPlugin {
     name: &'static str,
     path: PathBuf,
     timeout: Duration,
+    /// The plugin's `version` answer (what it declares: `env`, `capture`), asked once.
+    version: Arc<OnceLock<Value>>,
+}
+
+/// What every plugin gets of accel's environment, besides `ACCEL_ROOT`, `ACCEL_PROTOCOL` and
+/// the variables it declares: the search path, the home directory and the locale.
+pub const BASE_ENV: [&str; 5] = ["PATH", "HOME", "LANG", "LANGUAGE", "TZ"];
+
+/// The most variables one plugin may declare.
+pub const MAX_DECLARED_ENV: usize = 64;
+
+/// Whether a plugin may receive `key`: the base set, the locale (`LC_*`), or one it declared
+/// that is not secret-shaped.
+fn passed_on(key: &str, declared: &[String]) -> bool {
+    BASE_ENV.contains(&key) || key.starts_with("LC_") || declared.iter().any(|d| d == key)
+}
+
+/// The `capture` list of a `version` answer: absolute in-machine directories or files the
+/// plugin reads (`/proc/driver/npu`, `/accel/npu-smi-info.txt`), of `[A-Za-z0-9._/:-]` without
+/// `..`, at most [`MAX_DECLARED_ENV`]; `accel capture` keeps everything below each (8 levels).
+/// A name ending in `*` (`/dev/davinci*`) is device nodes: kept as empty files.
+pub fn declared_capture(version: &Value) -> Vec<String> {
+    version
+        .get("capture")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|p| {
+            p.starts_with('/')
+                && p.len() <= 256
+                && !p.split('/').any(|c| c == "..")
+                && p.trim_end_matches('*').chars().all(|c| c.is_ascii_alphanumeric() || "._/:-".contains(c))
+        })
+        .take(MAX_DECLARED_ENV)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `env` list of a `version` answer: names of `[A-Z0-9_]` (not starting with a digit), none
+/// that looks like a secret, at most [`MAX_DECLARED_ENV`].
+pub fn declared_env(version: &Value) -> Vec<String> {
+    version
+        .get("env")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|k| {
+            !k.is_empty()
+                && k.len() <= 128
+                && k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && !k.starts_with(|c: char| c.is_ascii_digit())
+                && !crate::fingerprint::is_secret_name(k)
+        })
+        .take(MAX_DECLARED_ENV)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Every `accel-plugin-<name>` executable in `options.dirs`, the first of each name winning,
@@ -124,7 +182,12 @@ pub fn find(options: &ExecOptions, reserved: &[&str]) -> (Vec<ExecPlugin>, Vec<W
     }
     let plugins = found
         .into_iter()
-        .map(|(name, path)| ExecPlugin { name: Box::leak(name.into_boxed_str()), path, timeout: options.timeout })
+        .map(|(name, path)| ExecPlugin {
+            name: Box::leak(name.into_boxed_str()),
+            path,
+            timeout: options.timeout,
+            version: Arc::default(),
+        })
         .collect();
     (plugins, warnings)
 }
@@ -148,7 +211,12 @@ fn warn(name: &str, message: String) -> Warning {
 impl ExecPlugin {
     /// A plugin at an explicit path (conformance of one executable, tests).
     pub fn at(name: &str, path: impl Into<PathBuf>, timeout: Duration) -> ExecPlugin {
-        ExecPlugin { name: Box::leak(name.to_owned().into_boxed_str()), path: path.into(), timeout }
+        ExecPlugin {
+            name: Box::leak(name.to_owned().into_boxed_str()),
+            path: path.into(),
+            timeout,
+            version: Arc::default(),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -158,16 +226,19 @@ impl ExecPlugin {
     /// Runs `verb` with `root` as `ACCEL_ROOT` and `input` on stdin, and returns the one JSON
     /// document it printed, after checking its `protocol`.
     pub fn run(&self, verb: &str, root: Option<&Path>, input: &Value) -> Result<Value, PluginError> {
+        // A plugin gets an allow-listed environment (never a secret): the base set, and what
+        // its `version` answer declares (asked once, with the base set only).
+        let declared = if verb == "version" { Vec::new() } else { declared_env(self.version_answer()) };
         let name = self.name.to_owned();
         let mut cmd = Command::new(&self.path);
         cmd.arg(verb).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        cmd.env("ACCEL_PROTOCOL", PROTOCOL.to_string());
-        // A plugin never sees a secret: the transport's cluster secret, tokens, keys.
-        for (key, _) in std::env::vars_os() {
-            if key.to_str().is_none_or(crate::fingerprint::is_secret_name) {
-                cmd.env_remove(&key);
+        cmd.env_clear();
+        for (key, value) in std::env::vars_os() {
+            if key.to_str().is_some_and(|k| passed_on(k, &declared)) {
+                cmd.env(key, value);
             }
         }
+        cmd.env("ACCEL_PROTOCOL", PROTOCOL.to_string());
         match root {
             Some(r) => cmd.env("ACCEL_ROOT", r),
             None => cmd.env_remove("ACCEL_ROOT"),
@@ -266,10 +337,14 @@ impl ExecPlugin {
         }
     }
 
-    /// The directory a plugin reads as `ACCEL_ROOT`: the host's root, or none for an in-memory
-    /// capture (an external plugin then finds nothing, rather than the live machine).
+    /// The plugin's `version` answer, asked once (`null` when it gives none).
+    fn version_answer(&self) -> &Value {
+        self.version.get_or_init(|| self.run("version", None, &Value::Null).unwrap_or(Value::Null))
+    }
+
+    /// The directory a plugin reads as `ACCEL_ROOT`: [`Host::plugin_root`].
     fn root(host: &Host) -> Option<PathBuf> {
-        (!host.is_in_memory()).then(|| std::fs::canonicalize(host.root()).unwrap_or_else(|_| host.root().to_path_buf()))
+        host.plugin_root()
     }
 }
 
@@ -401,6 +476,36 @@ impl Vendor for ExecPlugin {
         match self.run("discover", Some(&root), &input) {
             Ok(value) => parse_discover(self.name, &value),
             Err(e) => Report { warnings: vec![warn(self.name, e.to_string())], ..Report::default() },
+        }
+    }
+
+    fn capture(&self, _host: &Host, _machine: &Machine) -> Vec<crate::plugin::Keep> {
+        use crate::plugin::Keep;
+        declared_capture(self.version_answer())
+            .into_iter()
+            .map(|path| match path.strip_suffix('*').and_then(|p| p.rsplit_once('/')) {
+                Some((dir, prefix)) => {
+                    Keep::DeviceNodes { dir: dir.to_owned(), prefix: prefix.to_owned(), digits: false }
+                }
+                None => Keep::Tree { path, depth: 8 },
+            })
+            .collect()
+    }
+
+    fn metrics(&self, host: &Host) -> Option<Result<crate::readings::Metrics, PluginError>> {
+        let root = ExecPlugin::root(host)?;
+        match self.run("metrics", Some(&root), &serde_json::json!({"protocol": PROTOCOL})) {
+            Err(PluginError::Unsupported { .. }) => None,
+            Err(e) => Some(Err(e)),
+            Ok(value) => Some(
+                serde_json::from_value::<crate::readings::Readings>(value)
+                    .map(|readings| crate::readings::Metrics { readings, warnings: Vec::new() })
+                    .map_err(|e| PluginError::Garbage {
+                        name: self.name.into(),
+                        verb: "metrics".into(),
+                        message: format!("malformed metrics document: {e}"),
+                    }),
+            ),
         }
     }
 

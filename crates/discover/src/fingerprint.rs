@@ -40,24 +40,9 @@ pub struct Fingerprint {
     pub fields: BTreeMap<String, Field>,
 }
 
-/// Kernel modules whose version is a driver's (by module name; the driver says what it is).
-const MODULES: &[&str] = &["nvidia", "amdgpu", "neuron", "habanalabs", "xe", "i915", "gasket", "apex", "accel"];
-/// Packages whose dpkg version names a runtime or a communication library.
-const DPKG: &[&str] = &[
-    "libc6",
-    "libnccl2",
-    "rccl",
-    "libucx0",
-    "ucx",
-    "libfabric1",
-    "cuda-runtime-12-8",
-    "cuda-toolkit",
-    "rocm-core",
-    "aws-neuronx-runtime-lib",
-    "aws-neuronx-dkms",
-    "habanalabs-firmware",
-    "hwloc",
-];
+/// Packages whose dpkg version names the C library or a communication library; the families
+/// add their runtimes' (`Vendor::environment`).
+const DPKG: &[&str] = &["libc6", "libnccl2", "libucx0", "ucx", "libfabric1", "hwloc"];
 /// Python distributions worth naming.
 const PYTHON: &[&str] = &["ray", "torch", "jax", "jaxlib", "libtpu", "nixl", "numpy", "vllm"];
 
@@ -65,11 +50,13 @@ const PYTHON: &[&str] = &["ray", "torch", "jax", "jaxlib", "libtpu", "nixl", "nu
 /// and external alike) for the topology hash and the visibility variables.
 pub fn collect(host: &Host, plugins: &[Box<dyn crate::Vendor>]) -> Fingerprint {
     let machine = crate::discover(host, plugins);
-    collect_with(host, &machine)
+    collect_with(host, &machine, plugins)
 }
 
-/// The fingerprint, given the machine already discovered on `host`.
-pub fn collect_with(host: &Host, machine: &Machine) -> Fingerprint {
+/// The fingerprint, given the machine already discovered on `host` with `plugins` (each
+/// family adds its drivers, runtimes and variables: `Vendor::environment`).
+pub fn collect_with(host: &Host, machine: &Machine, plugins: &[Box<dyn crate::Vendor>]) -> Fingerprint {
+    let families: Vec<crate::plugin::Environment> = plugins.iter().map(|p| p.environment(host, machine)).collect();
     let mut f = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut read = |path: &str| host.read_text(&host.path(path), 64 * 1024, "env", &mut warnings);
@@ -81,45 +68,44 @@ pub fn collect_with(host: &Host, machine: &Machine) -> Fingerprint {
     f.insert("kernel.version".into(), text(read("/proc/sys/kernel/version"), "/proc/sys/kernel/version"));
     let os = read("/etc/os-release").and_then(|t| os_release(&t));
     f.insert("os".into(), text(os, "/etc/os-release PRETTY_NAME"));
-    for module in MODULES {
+    for module in families.iter().flat_map(|e| &e.modules) {
         let path = format!("/sys/module/{module}/version");
         if let Some(v) = read(&path) {
             f.insert(format!("driver.{module}"), text(Some(v), &path));
         }
     }
-    if let Some(v) = read("/proc/driver/nvidia/version") {
-        let line = v.lines().next().unwrap_or("").to_owned();
-        f.insert("driver.nvidia.proc".into(), text(Some(line), "/proc/driver/nvidia/version"));
-    }
-    if let Some(v) = host.nvml().and_then(|n| n.snapshot().ok()).and_then(|s| s.driver_version) {
-        f.insert("driver.nvidia.nvml".into(), Field::known(v, "nvml"));
-    }
-    for (path, key) in [
-        ("/usr/local/cuda/version.json", "runtime.cuda"),
-        ("/opt/rocm/.info/version", "runtime.rocm"),
-        ("/opt/aws/neuron/share/neuron-runtime-version", "runtime.neuron"),
-    ] {
-        if let Some(v) = read(path) {
-            let v = if path.ends_with(".json") { json_cuda_version(&v).unwrap_or(v) } else { v };
-            f.insert(key.into(), text(Some(v), path));
+    for (key, value, source) in families.iter().flat_map(|e| &e.facts) {
+        if !value.trim().is_empty() {
+            f.insert(key.clone(), Field::known(value.trim(), source.clone()));
         }
     }
     let status =
         host.read_text(&host.path("/var/lib/dpkg/status"), 64 << 20, "env", &mut Vec::new()).unwrap_or_default();
     let packages = dpkg_versions(&status);
-    for name in DPKG {
-        let field = match packages.get(*name) {
+    let names = DPKG.iter().copied().chain(families.iter().flat_map(|e| e.packages.iter().map(String::as_str)));
+    for name in names {
+        let field = match packages.get(name) {
             Some(v) => Field::known(v.clone(), format!("dpkg:{name}")),
-            None if *name == "libc6" => Field::unknown("dpkg:libc6"),
+            None if name == "libc6" => Field::unknown("dpkg:libc6"),
             None => continue,
         };
-        let key = if *name == "libc6" { "libc".to_owned() } else { format!("package.{name}") };
+        let key = if name == "libc6" { "libc".to_owned() } else { format!("package.{name}") };
         f.insert(key, field);
     }
     python(host, &mut f);
     firmware(host, machine, &mut f);
     for (key, value) in host.env_vars() {
-        if relevant(key) || machine.accelerators.iter().any(|a| a.vocabulary.visibility_env.as_deref() == Some(key)) {
+        let family = families.iter().flat_map(|e| &e.variables).any(|v| {
+            if v.ends_with('_') {
+                key.starts_with(v.as_str())
+            } else {
+                key == v
+            }
+        });
+        if relevant(key)
+            || family
+            || machine.accelerators.iter().any(|a| a.vocabulary.visibility_env.as_deref() == Some(key))
+        {
             let value = if is_secret_name(key) { REDACTED.to_owned() } else { value.clone() };
             f.insert(format!("env.{key}"), Field::known(value, "environment"));
         }
@@ -186,21 +172,13 @@ pub fn redacted(mut fp: Fingerprint) -> Fingerprint {
 fn relevant(key: &str) -> bool {
     key.contains("_VISIBLE_")
         || key.starts_with("NCCL_")
-        || key.starts_with("RCCL_")
         || key.starts_with("UCX_")
         || key.starts_with("FI_")
-        || key == "CUDA_MODULE_LOADING"
-        || key == "CUDA_DEVICE_ORDER"
         || ACCEL_SETTINGS.contains(&key)
 }
 
 fn os_release(text: &str) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim_matches('"').to_owned())
-}
-
-fn json_cuda_version(text: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    v.get("cuda").and_then(|c| c.get("version")).and_then(|v| v.as_str()).map(str::to_owned)
 }
 
 /// `Package:` / `Version:` pairs of dpkg's status file.
@@ -284,12 +262,6 @@ fn firmware(host: &Host, machine: &Machine, f: &mut BTreeMap<String, Field>) {
                 f.insert(format!("firmware.{pci}.{file}"), Field::known(v.trim(), path));
             }
         }
-        let info = format!("/proc/driver/nvidia/gpus/{pci}/information");
-        if let Some(text) = host.read_text(&host.path(&info), 16 * 1024, "env", &mut warnings) {
-            if let Some(v) = text.lines().find_map(|l| l.strip_prefix("Video BIOS:")) {
-                f.insert(format!("firmware.{pci}.vbios"), Field::known(v.trim(), info.clone()));
-            }
-        }
     }
 }
 
@@ -342,10 +314,6 @@ mod tests {
         let v = dpkg_versions(status);
         assert_eq!(v.get("libc6").map(String::as_str), Some("2.41-12"));
         assert!(!v.contains_key("gone"));
-        assert_eq!(
-            json_cuda_version(r#"{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}}"#).as_deref(),
-            Some("12.8.1")
-        );
         assert!(relevant("CUDA_VISIBLE_DEVICES") && relevant("NCCL_DEBUG") && !relevant("HOME"));
     }
 
@@ -364,12 +332,17 @@ mod tests {
             ("ACCEL_TRANSPORT_SECRET", "s3cr3t-two"),
             ("NCCL_DEBUG", "INFO"),
             ("ACCEL_TRANSPORT_BIND", "127.0.0.1:0"),
+            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         let host = Host::in_memory(Default::default(), accel_model::SkuRegistry::builtin()).with_env(env);
-        let fp = collect_with(&host, &Machine::new(Default::default()));
+        let machine = Machine::new(Default::default());
+        // A family's own variables are recorded because the family declares them.
+        assert!(!collect_with(&host, &machine, &[]).fields.contains_key("env.CUDA_DEVICE_ORDER"));
+        let fp = collect_with(&host, &machine, &crate::default_plugins());
+        assert_eq!(fp.fields["env.CUDA_DEVICE_ORDER"].value.as_deref(), Some("PCI_BUS_ID"));
         let text = serde_json::to_string(&fp).unwrap();
         assert!(!text.contains("s3cr3t"), "{text}");
         assert_eq!(fp.fields["env.NCCL_IB_KEY"].value.as_deref(), Some(REDACTED));

@@ -252,6 +252,91 @@ impl MemTree {
         }
     }
 
+    /// Reads a directory tree (a captured root) into memory: regular files, symlinks as they are
+    /// written, directories; nothing else, and nothing past `limit` bytes of file content in
+    /// all (an error: a capture that large is not read partly).
+    pub fn from_dir(dir: &Path, limit: u64) -> io::Result<MemTree> {
+        let mut tree = MemTree::new();
+        let mut total = 0u64;
+        let mut todo = vec![PathBuf::from("/")];
+        while let Some(rel) = todo.pop() {
+            let here = dir.join(rel.strip_prefix("/").unwrap_or(&rel));
+            let mut entries: Vec<_> = std::fs::read_dir(&here)?.flatten().collect();
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let path = rel.join(e.file_name());
+                let kind = e.file_type()?;
+                if kind.is_symlink() {
+                    tree.add_link(path, std::fs::read_link(e.path())?);
+                } else if kind.is_dir() {
+                    tree.add_dir(path.clone());
+                    todo.push(path);
+                } else if kind.is_file() {
+                    let bytes = read_regular(&e.path(), limit.saturating_sub(total))?;
+                    total += bytes.len() as u64;
+                    if total >= limit {
+                        return Err(io::Error::other(format!("{} holds more than {limit} bytes", dir.display())));
+                    }
+                    tree.add_file(path, bytes);
+                }
+            }
+        }
+        Ok(tree)
+    }
+
+    /// Writes the tree under `dir` (which must exist and be empty), so an external plugin can
+    /// read it as its `ACCEL_ROOT`. An absolute link target (a path in the captured machine) is
+    /// rewritten relative to the link, so nothing points out of `dir` into the live machine;
+    /// a path that would leave `dir` (`..` in a name) is skipped.
+    pub fn write_to(&self, dir: &Path) -> io::Result<()> {
+        for (path, entry) in &self.entries {
+            let rel: PathBuf = path.components().filter(|c| matches!(c, Component::Normal(_))).collect();
+            if rel.as_os_str().is_empty() || path.components().any(|c| matches!(c, Component::ParentDir)) {
+                continue;
+            }
+            let at = dir.join(&rel);
+            match entry {
+                Entry::Dir => std::fs::create_dir_all(&at)?,
+                Entry::File(bytes) => {
+                    if let Some(parent) = at.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::write(&at, bytes)?;
+                }
+                Entry::Link(target) => {
+                    if let Some(parent) = at.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    let up = rel.components().count().saturating_sub(1);
+                    let target = if target.is_absolute() {
+                        let mut t: PathBuf = std::iter::repeat_n("..", up).collect();
+                        t.extend(target.components().filter(|c| matches!(c, Component::Normal(_))));
+                        t
+                    } else {
+                        // A relative target that climbs above `dir` would reach the live machine.
+                        let mut depth = up as isize;
+                        for c in target.components() {
+                            match c {
+                                Component::ParentDir => depth -= 1,
+                                Component::Normal(_) => depth += 1,
+                                _ => {}
+                            }
+                            if depth < 0 {
+                                break;
+                            }
+                        }
+                        if depth < 0 {
+                            continue;
+                        }
+                        target.clone()
+                    };
+                    std::os::unix::fs::symlink(target, &at)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Number of files, links and directories.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use accel_model::{SkuRegistry, Warning};
 
 use crate::fs::{Fs, MemTree};
-use crate::nvml::NvmlSource;
 
 /// Platform look-ups over the network (GCE metadata, EC2 IMDS). Off unless a caller turns them on.
 #[derive(Debug, Clone)]
@@ -44,11 +43,25 @@ pub struct Host {
     fs: Fs,
     env: BTreeMap<String, String>,
     skus: SkuRegistry,
-    nvml: Option<Arc<dyn NvmlSource>>,
+    /// Vendor runtimes a family opened on the live machine (a library handle), by family.
+    runtimes: BTreeMap<&'static str, Arc<dyn std::any::Any + Send + Sync>>,
     net: NetConfig,
     /// When the network budget runs out: set by the first look-up, shared by clones.
     net_deadline: Arc<OnceLock<Instant>>,
     labels_file: Option<PathBuf>,
+    /// An in-memory tree written out for external plugins, once, shared by clones and removed
+    /// when the last clone goes.
+    written: Arc<OnceLock<Option<Written>>>,
+}
+
+/// A private directory holding an in-memory tree; removed on drop.
+#[derive(Debug)]
+struct Written(PathBuf);
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl std::fmt::Debug for Host {
@@ -56,7 +69,7 @@ impl std::fmt::Debug for Host {
         f.debug_struct("Host")
             .field("root", &self.root)
             .field("in_memory", &matches!(self.fs, Fs::Memory(_)))
-            .field("nvml", &self.nvml.is_some())
+            .field("runtimes", &self.runtimes.keys().collect::<Vec<_>>())
             .field("net", &self.net)
             .field("labels_file", &self.labels_file)
             .finish()
@@ -75,10 +88,11 @@ impl Host {
             root,
             env: BTreeMap::new(),
             skus,
-            nvml: None,
+            runtimes: BTreeMap::new(),
             net: NetConfig::default(),
             net_deadline: Arc::new(OnceLock::new()),
             labels_file: None,
+            written: Arc::new(OnceLock::new()),
         }
     }
 
@@ -87,16 +101,50 @@ impl Host {
         Host { fs: Fs::Memory(tree), ..Host::new("/", skus) }
     }
 
+    /// The directory an external plugin reads as `ACCEL_ROOT`: the root itself (canonical), or,
+    /// for an in-memory tree, a private copy of it written once (mode 0700, under the system's
+    /// temporary directory) and removed with the last clone of this host. Never the live `/`
+    /// for a sample. `None` when the copy cannot be written.
+    pub fn plugin_root(&self) -> Option<PathBuf> {
+        let Fs::Memory(tree) = &self.fs else {
+            return Some(std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone()));
+        };
+        self.written
+            .get_or_init(|| {
+                use std::os::unix::fs::DirBuilderExt;
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let dir = std::env::temp_dir().join(format!("accel-root-{}-{n}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+                let written = Written(dir);
+                tree.write_to(&written.0).ok()?;
+                Some(written)
+            })
+            .as_ref()
+            .map(|w| w.0.clone())
+    }
+
+    /// Whether this is the live machine: the real `/`, not a captured tree.
+    pub fn is_live(&self) -> bool {
+        !self.is_in_memory() && self.root == Path::new("/")
+    }
+
     /// Whether the tree is in memory (a sample or a bundle) rather than a directory.
     pub fn is_in_memory(&self) -> bool {
         matches!(self.fs, Fs::Memory(_))
     }
 
-    /// A live NVML (or any other [`NvmlSource`]) for the NVIDIA plugin. Without one, the plugin
-    /// uses a recorded `/accel/nvml.json` in the tree, else the procfs fallback.
-    pub fn with_nvml(mut self, nvml: Arc<dyn NvmlSource>) -> Host {
-        self.nvml = Some(nvml);
+    /// A vendor runtime `family` opened (its library, loaded once), for that family's plugin to
+    /// read instead of a recording: see [`Vendor::open_live`](crate::Vendor::open_live).
+    pub fn with_runtime(mut self, family: &'static str, runtime: Arc<dyn std::any::Any + Send + Sync>) -> Host {
+        self.runtimes.insert(family, runtime);
         self
+    }
+
+    /// The runtime `family` attached, if any.
+    pub fn runtime(&self, family: &str) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.runtimes.get(family).map(|r| &**r)
     }
 
     pub fn with_net(mut self, net: NetConfig) -> Host {
@@ -108,10 +156,6 @@ impl Host {
     pub fn with_labels_file(mut self, path: Option<PathBuf>) -> Host {
         self.labels_file = path;
         self
-    }
-
-    pub fn nvml(&self) -> Option<&dyn NvmlSource> {
-        self.nvml.as_deref()
     }
 
     pub fn net(&self) -> &NetConfig {

@@ -43,6 +43,32 @@ pub trait Vendor: Send + Sync {
         BTreeMap::new()
     }
 
+    /// What `accel capture` must keep of `host` for this family to be discovered again from the
+    /// capture: its vendor trees, PCI attributes, device nodes, and the answers of its runtime
+    /// recorded for replay. `machine` is what discovery found on the same host.
+    fn capture(&self, _host: &Host, _machine: &Machine) -> Vec<Keep> {
+        Vec::new()
+    }
+
+    /// What the environment fingerprint (`accel env`) records for this family on `host`: its
+    /// driver modules, runtime packages and variables, and versions it reads itself.
+    fn environment(&self, _host: &Host, _machine: &Machine) -> Environment {
+        Environment::default()
+    }
+
+    /// On the live machine: attaches what the family opens once per process (its vendor
+    /// library, [`Host::with_runtime`]) to the host every reader receives. `Host::open` calls it.
+    fn open_live(&self, host: Host) -> Host {
+        host
+    }
+
+    /// This family's readings now (the protocol's `metrics` verb): from the live machine, or
+    /// from a recording in a captured tree. `None`: not provided (no reader, or nothing to
+    /// read on this host). The agent serves these; conformance grades them.
+    fn metrics(&self, _host: &Host) -> Option<Result<crate::readings::Metrics, PluginError>> {
+        None
+    }
+
     /// The plugin protocol's answer to `verb` (docs/plugin-protocol.md). Built-in plugins answer
     /// in process from `discover` and `isolate`, so one conformance harness grades built-in and
     /// external plugins alike; an external plugin runs its executable.
@@ -81,6 +107,50 @@ pub fn vocabulary(
         slurm_gres: None,
         device_files: Vec::new(),
     }
+}
+
+/// What the environment fingerprint records for a family ([`Vendor::environment`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// Kernel modules whose version (`/sys/module/<m>/version`) is the family's driver
+    /// (`driver.<m>`).
+    pub modules: Vec<String>,
+    /// dpkg packages of its runtime (`package.<name>`).
+    pub packages: Vec<String>,
+    /// Environment variables that change what its runtime sees (`env.<VAR>`); a name ending in
+    /// `_` is a prefix. (`*_VISIBLE_*` and the visibility variables are recorded for all.)
+    pub variables: Vec<String>,
+    /// Facts the family reads itself: (field name, value, where it came from).
+    pub facts: Vec<(String, String, String)>,
+}
+
+/// A version file's first non-empty content as a fingerprint fact (name, value, its path).
+pub fn read_fact(host: &Host, name: &str, path: &str) -> Option<(String, String, String)> {
+    let text = host.read_text(&host.path(path), 64 * 1024, "env", &mut Vec::new())?;
+    let value = text.trim();
+    (!value.is_empty()).then(|| (name.to_owned(), value.to_owned(), path.to_owned()))
+}
+
+/// One thing a capture keeps for a family ([`Vendor::capture`]). Paths are in the machine
+/// (`/sys/...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    /// A file, if present.
+    File(String),
+    /// Every file below a directory, to this depth (links are not followed); or one file.
+    Tree { path: String, depth: u32 },
+    /// These files of every PCI function's directory; a first component ending in `*` matches
+    /// the entries with that prefix (`tile*/physical_vram_size_bytes`).
+    PciAttributes(Vec<String>),
+    /// The entries of a class directory (`/sys/class/accel`): each link, and its `device` link.
+    ClassLinks(String),
+    /// `file` in every entry of `dir` (`/proc/driver/<driver>/gpus/*/information`).
+    EachEntry { dir: String, file: String },
+    /// Device nodes in `dir` whose names start with `prefix` (all digits when `digits`),
+    /// recorded as empty files: discovery reads only that they exist.
+    DeviceNodes { dir: String, prefix: String, digits: bool },
+    /// What a runtime or a network service answered, recorded at `path` for replay.
+    Record { path: String, bytes: Vec<u8> },
 }
 
 /// A plugin's findings: a partial answer with warnings beats an all-or-nothing error.
@@ -277,6 +347,14 @@ pub fn in_process<V: Vendor + ?Sized>(
             let refs: Vec<&Accelerator> = devices.iter().collect();
             Ok(serde_json::json!({"protocol": PROTOCOL, "env": plugin.isolate(&refs).env}))
         }
+        "metrics" => match plugin.metrics(host) {
+            None => Err(PluginError::Unsupported { name: plugin.id().into(), verb: verb.into() }),
+            Some(Err(e)) => Err(e),
+            Some(Ok(m)) => {
+                let readings = crate::readings::Readings { protocol: PROTOCOL as u32, ..m.readings };
+                Ok(serde_json::to_value(readings).unwrap_or(Value::Null))
+            }
+        },
         _ => Err(PluginError::Unsupported { name: plugin.id().into(), verb: verb.into() }),
     }
 }

@@ -6,23 +6,17 @@
 use accel_model::Warning;
 
 use crate::exec::ExecOptions;
-use crate::{Amd, Gaudi, GenericPci, Groq, IntelGpu, Neuron, Nvidia, Platform, Tpu, Vendor};
+use crate::{GenericPci, Vendor};
 
-/// Every plugin this build knows, in the order they run. The platform plugin runs first (its
-/// metadata feeds the TPU plugin); the generic PCI plugin runs last and picks up whatever no
-/// vendor plugin claimed.
+/// Every plugin this build knows, in the order they run: the family modules by their `ORDER`
+/// (the platform plugin, order 0, runs first: its metadata feeds the TPU plugin); the generic
+/// PCI plugin runs last and picks up whatever no vendor plugin claimed.
 pub fn default_plugins() -> Vec<Box<dyn Vendor>> {
-    vec![
-        Box::new(Platform),
-        Box::new(Nvidia),
-        Box::new(Amd),
-        Box::new(Tpu),
-        Box::new(Neuron),
-        Box::new(Gaudi),
-        Box::new(IntelGpu),
-        Box::new(Groq),
-        Box::new(GenericPci),
-    ]
+    let mut families = crate::families::all();
+    families.sort_by_key(|(order, plugin)| (*order, plugin.id()));
+    let mut plugins: Vec<Box<dyn Vendor>> = families.into_iter().map(|(_, p)| p).collect();
+    plugins.push(Box::new(GenericPci));
+    plugins
 }
 
 /// The built-in plugins and the external ones `options` finds (`accel-plugin-<name>`), in

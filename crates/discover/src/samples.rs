@@ -9,36 +9,9 @@ use accel_model::{Machine, SkuRegistry};
 use crate::fs::MemTree;
 use crate::{default_plugins, discover, Host};
 
-macro_rules! sample {
-    ($name:literal) => {
-        (
-            $name,
-            include_bytes!(concat!("../../../test_data/hosts/", $name, "/capture.bundle")).as_slice(),
-            include_str!(concat!("../../../test_data/hosts/", $name, "/README.md")),
-        )
-    };
-}
-
-/// Every embedded sample, by name.
-const SAMPLES: &[(&str, &[u8], &str)] = &[
-    sample!("dgx-h100"),
-    sample!("hgx-b200"),
-    sample!("gb200-nvl72-tray"),
-    sample!("rtx-pro-6000-server"),
-    sample!("mi300x"),
-    sample!("mi355x"),
-    sample!("mi210-2hive"),
-    sample!("tpu-v6e"),
-    sample!("trn2"),
-    sample!("gaudi3"),
-    sample!("gaudi2-modules"),
-    sample!("nvidia-amd-mixed"),
-    // Real machines from hwloc's test suite, converted from their tarballs by `accel capture`.
-    sample!("hwloc-2p8co2t-8ve"),
-    sample!("hwloc-dgx-spark-gb10"),
-    sample!("hwloc-kvm-pcidomain32"),
-    sample!("hwloc-power9-v100-numa"),
-];
+/// Every embedded sample, by name: each `test_data/hosts/<name>/capture.bundle` with its README
+/// (found by build.rs, in name order).
+const SAMPLES: &[(&str, &[u8], &str)] = include!(concat!(env!("OUT_DIR"), "/samples.rs"));
 
 /// Names of the embedded samples, in a stable order.
 pub fn names() -> Vec<&'static str> {

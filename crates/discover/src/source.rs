@@ -98,11 +98,10 @@ impl Host {
                 if let Some(url) = env.get("ACCEL_IMDS_URL").filter(|u| !u.is_empty()) {
                     net.imds_endpoint.clone_from(url);
                 }
-                let mut host = Host::new(root, registry).with_env(env).with_net(net);
-                if let Some(nvml) = crate::nvml_live::open() {
-                    host = host.with_nvml(nvml);
-                }
-                host
+                // Each family attaches its live runtime (a vendor library) once, here.
+                crate::default_plugins()
+                    .iter()
+                    .fold(Host::new(root, registry).with_env(env).with_net(net), |host, p| p.open_live(host))
             }
         };
         Ok(host.with_labels_file(labels_file))

@@ -104,7 +104,7 @@ fn kubernetes_labels_are_checked() {
     assert_eq!(m.k8s_labels.get("toy.example.com/chips").map(String::as_str), Some("3"));
     assert!(!m.k8s_labels.contains_key("accel.io/vendors"));
     assert!(m.warnings.iter().any(|w| w.source == "plugin:toy" && w.message.contains("accel.io/vendors")));
-    assert_eq!(accel_discover::export::k8s_labels(&m)["toy.example.com/chips"], "3");
+    assert_eq!(accel_discover::labels::k8s_labels(&m)["toy.example.com/chips"], "3");
 }
 
 #[test]

@@ -7,8 +7,9 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
+use accel_discover::families::nvidia::NvmlHost;
 use accel_discover::fs::MemTree;
-use accel_discover::{capture, default_plugins, discover, export, samples, Host};
+use accel_discover::{capture, default_plugins, discover, labels, samples, Host};
 use accel_model::{DomainKind, Endpoint, Machine, PathClass, PathClassifier, SkuRegistry};
 use expect_test::expect_file;
 
@@ -71,7 +72,7 @@ fn summary(m: &Machine) -> String {
     for w in &m.warnings {
         let _ = writeln!(s, "  {w}");
     }
-    let _ = writeln!(s, "ray: {}", export::ray_labels(m).to_args());
+    let _ = writeln!(s, "ray: {}", labels::ray_labels(m).to_args());
     s
 }
 
@@ -134,11 +135,11 @@ fn mi300x_cpx_partitions() {
     assert_eq!((p.physical_id.as_str(), p.index), ("amd-0000:05:00.0", 3));
     assert_eq!(m.accelerators[3].id, "amd-0000:05:00.0-p3");
     // Partitions of one package share its fabric (C2C); every pair across packages is one xGMI hop.
-    let xgmi = m.links.iter().filter(|l| l.kind == accel_discover::amd::XGMI).count();
+    let xgmi = m.links.iter().filter(|l| l.kind == accel_discover::families::amd::XGMI).count();
     assert_eq!(xgmi, 63 * 62 / 2 - (7 * 28 + 21));
     assert_eq!(m.links.len(), 63 * 62 / 2);
     assert_eq!(class(&m, 0, 1), "C2C1");
-    let c2c = m.links.iter().find(|l| l.kind == accel_discover::amd::C2C).unwrap();
+    let c2c = m.links.iter().find(|l| l.kind == accel_discover::families::amd::C2C).unwrap();
     assert_eq!(c2c.gbps, Some(1638.4));
     assert_eq!(class(&m, 0, 8), "XGMI1");
     let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[9].id]);
@@ -215,14 +216,16 @@ fn dgx_h100_mig_partitions() {
     let (_, entry) = text.split_once("F /accel/nvml.json ").unwrap();
     let (len, rest) = entry.split_once('\n').unwrap();
     let text = &rest[..len.parse::<usize>().unwrap()];
-    let source = accel_discover::nvml::RecordedNvml(accel_discover::nvml::parse_recorded(text));
+    let source = accel_discover::families::nvidia::nvml::RecordedNvml(
+        accel_discover::families::nvidia::nvml::parse_recorded(text),
+    );
     for host in [
         Host::in_memory(tree.clone(), SkuRegistry::builtin()),
         Host::in_memory(tree.clone(), SkuRegistry::builtin()).with_nvml(Arc::new(source)),
     ] {
         let original = discover(&host, &default_plugins());
         assert_eq!(original, m);
-        let (captured, warnings) = capture::capture(&host, &original);
+        let (captured, warnings) = capture::capture(&host, &original, &default_plugins());
         assert!(warnings.is_empty(), "{warnings:?}");
         let bundle = captured.to_bundle();
         let replay = Host::in_memory(Arc::new(MemTree::parse_bundle(&bundle).unwrap()), SkuRegistry::builtin());
@@ -247,7 +250,7 @@ fn capture_round_trip() {
     for name in samples::names() {
         let host = samples::host(name, SkuRegistry::builtin()).unwrap();
         let original = discover(&host, &default_plugins());
-        let (tree, warnings) = capture::capture(&host, &original);
+        let (tree, warnings) = capture::capture(&host, &original, &default_plugins());
         assert!(warnings.is_empty(), "{name}: {warnings:?}");
         let bundle = tree.to_bundle();
         let replay = Host::in_memory(Arc::new(MemTree::parse_bundle(&bundle).unwrap()), SkuRegistry::builtin());
@@ -309,7 +312,8 @@ fn gb200_tray_clique() {
     assert_eq!(m.accelerators.len(), 4);
     assert!(m.accelerators.iter().all(|a| a.sku.as_deref() == Some("nvidia-gb200")));
     all_pairs(&m, "NV18");
-    let cliques: Vec<_> = m.domains.iter().filter(|d| d.kind == accel_discover::nvidia::NVLINK_CLIQUE).collect();
+    let cliques: Vec<_> =
+        m.domains.iter().filter(|d| d.kind == accel_discover::families::nvidia::NVLINK_CLIQUE).collect();
     assert_eq!(cliques.len(), 1);
     assert_eq!(cliques[0].name, "5f6a7b8c-1d2e-4f30-9a1b-2c3d4e5f6071.32766");
     assert_eq!(cliques[0].source, "nvml-fabric");
@@ -350,7 +354,7 @@ fn tpu_trn2_gaudi3_mixed() {
     assert_eq!(m.links.len(), 10);
     assert_eq!(m.attributes["tpu.worker_id"], "0");
     assert_eq!(m.attributes["tpu.topology"], "2x4");
-    let slice = m.domains.iter().find(|d| d.kind == accel_discover::tpu::TPU_SLICE).unwrap();
+    let slice = m.domains.iter().find(|d| d.kind == accel_discover::families::tpu::TPU_SLICE).unwrap();
     assert_eq!((slice.name.as_str(), slice.source.as_str()), ("demo-v6e-8", "gce-metadata:tpu-env:NODE_ID"));
     let zone = m.domains.iter().find(|d| d.kind == DomainKind::ZONE).unwrap();
     assert_eq!((zone.name.as_str(), zone.source.as_str()), ("us-east5-b", "gce-metadata:instance/zone"));

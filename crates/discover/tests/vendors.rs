@@ -7,8 +7,9 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use accel_discover::families::nvidia::nvml::{NvmlDevice, NvmlFabric, NvmlMigDevice, NvmlSnapshot, RecordedNvml};
+use accel_discover::families::nvidia::NvmlHost;
 use accel_discover::fs::MemTree;
-use accel_discover::nvml::{NvmlDevice, NvmlFabric, NvmlMigDevice, NvmlSnapshot, RecordedNvml};
 use accel_discover::{default_plugins, discover, Host, NetConfig};
 use accel_model::{DomainKind, Machine, SkuRegistry};
 use proptest::prelude::*;
@@ -83,12 +84,12 @@ fn nvml_errors_become_warnings() {
     assert!(warned(&m, "Not Supported"));
     assert!(warned(&m, "unparsable PCI bus id"));
     assert!(warned(&m, "clique ignored"));
-    assert!(m.domains.iter().all(|d| d.kind != accel_discover::nvidia::NVLINK_CLIQUE));
+    assert!(m.domains.iter().all(|d| d.kind != accel_discover::families::nvidia::NVLINK_CLIQUE));
 }
 
 #[test]
 fn nvlink_direct_and_unknown_remotes() {
-    use accel_discover::nvml::{NvmlLink, RemoteType};
+    use accel_discover::families::nvidia::nvml::{NvmlLink, RemoteType};
     let mut t = MemTree::new();
     for bdf in ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0"] {
         pci(&mut t, bdf, "10DE:2321", "30200");
@@ -282,7 +283,7 @@ fn tpu_bad_environment() {
     let m = discover(&host, &default_plugins());
     assert_eq!(m.accelerators.len(), 4);
     assert_eq!(m.links.len(), 4, "bounds that do not fit fall back to 2x2");
-    let labels = accel_discover::export::ray_labels(&m).labels;
+    let labels = accel_discover::labels::ray_labels(&m).labels;
     assert_eq!(labels["accel.io/tpu-worker-id"], "x-rm--rf");
 }
 
@@ -355,7 +356,7 @@ proptest! {
         // Recorded JSON with the same garbage loads or is refused, never panics.
         let json = serde_json::json!({"devices": [{"index": 0, "pci_bus_id": "0", "mig_enabled": enabled,
             "mig_devices": [{"index": 0, "uuid": visible, "profile": visible}]}]});
-        prop_assert!(accel_discover::nvml::parse_recorded(&json.to_string()).is_ok());
+        prop_assert!(accel_discover::families::nvidia::nvml::parse_recorded(&json.to_string()).is_ok());
     }
 }
 
@@ -443,8 +444,7 @@ fn imds_zone_and_labels_file() {
     let url = server(Some(b"HTTP/1.0 200 OK\r\n\r\nus-west-2a"), 2);
     let mut t = MemTree::new();
     t.add_file("/sys/class/dmi/id/sys_vendor", "Amazon EC2");
-    let dir = std::env::temp_dir().join(format!("accel-labels-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = accel_testdata::TempDir::new("labels");
     let labels = dir.join("labels");
     std::fs::write(&labels, "accel.io/rack=\"r7\"\ntopology.k8s.aws/network-node-layer-3=\"nn-abc\"\n").unwrap();
     let net = NetConfig { enabled: true, imds_endpoint: url, ..Default::default() };
@@ -470,7 +470,7 @@ fn dgx_container(keep: &[usize]) -> (Machine, Vec<NvmlDevice>) {
     let host = Host::in_memory(Arc::new(tree.clone()), SkuRegistry::builtin());
     let mut warnings = Vec::new();
     let text = host.read_text(&host.path("/accel/nvml.json"), 16 << 20, "test", &mut warnings).unwrap();
-    let full = accel_discover::nvml::parse_recorded(&text).unwrap();
+    let full = accel_discover::families::nvidia::nvml::parse_recorded(&text).unwrap();
     let seen: Vec<NvmlDevice> =
         keep.iter().enumerate().map(|(i, &k)| NvmlDevice { index: i as u32, ..full.devices[k].clone() }).collect();
     let snap = NvmlSnapshot { devices: seen.clone(), ..full };
@@ -499,7 +499,7 @@ fn nvml_decides_which_gpus_exist_in_a_container() {
     let iso = accel_discover::isolate(&default_plugins(), &m, &ids[1..]);
     assert_eq!(iso.env["CUDA_VISIBLE_DEVICES"], seen[1].uuid.clone().unwrap());
     // Ray resources only for the two usable GPUs.
-    let ray = accel_discover::export::ray_labels(&m);
+    let ray = accel_discover::labels::ray_labels(&m);
     let devs: Vec<&String> = ray.resources.keys().filter(|k| k.starts_with("accel_dev_nvidia_")).collect();
     assert_eq!(devs, ["accel_dev_nvidia_0", "accel_dev_nvidia_1"]);
     // The PCI tree still holds every GPU's function (topology stays whole).
@@ -548,7 +548,7 @@ fn runtime_device_nodes_name_what_this_process_cannot_use() {
     assert_eq!(m.accelerators.iter().map(|a| a.index).collect::<Vec<_>>(), [0, 1]);
     let w = m.warnings.iter().find(|w| w.message.contains("/dev/dri/renderD*")).expect("amd warning");
     assert_eq!(w.message.matches("(renderD").count(), 6, "{w}");
-    let ray = accel_discover::export::ray_labels(&m);
+    let ray = accel_discover::labels::ray_labels(&m);
     assert_eq!(ray.resources.keys().filter(|k| k.starts_with("accel_dev_amd_")).count(), 2);
 
     let trn = with_dev("trn2", &["/dev/neuron0", "/dev/neuron1"]);

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use accel_discover::export::{islands, ray_accelerator_type};
+use accel_discover::labels::{islands, ray_accelerator_type};
 use accel_model::{Accelerator, Machine, PciNodeKind};
 use serde::Serialize;
 

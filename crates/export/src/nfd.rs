@@ -1,11 +1,11 @@
 //! A Node Feature Discovery `features.d` file (NFD's local source): `key=value` lines under an
-//! expiry directive, at most 64 KiB. The labels are [`accel_discover::export::k8s_labels`]
+//! expiry directive, at most 64 KiB. The labels are [`accel_discover::labels::k8s_labels`]
 //! (GPU Feature Discovery's `nvidia.com/gpu.*` names where they exist) plus NVIDIA topograph's
 //! `network.topology.nvidia.com/{accelerator,leaf,spine,core}`.
 
 use std::collections::BTreeMap;
 
-use accel_discover::export::k8s_labels;
+use accel_discover::labels::k8s_labels;
 use accel_model::{DomainKind, Machine};
 
 use crate::ExportError;

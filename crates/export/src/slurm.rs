@@ -12,9 +12,9 @@
 //! reads CPUs per NUMA node but not SMT siblings, so `nodes.conf` describes each NUMA node with
 //! CPUs as one socket of single-thread cores, and `Cores=` indexes that description.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use accel_discover::export::{label_value, ray_accelerator_type};
+use accel_discover::labels::{label_value, ray_accelerator_type};
 use accel_model::{Accelerator, Machine};
 use accel_plan::{machine_domains, Cluster};
 use serde::Serialize;
@@ -339,7 +339,8 @@ fn topology_yaml(nodes: &[NodeInfo], tree: &Tree, warnings: &mut Vec<String>) ->
         .collect();
     scale_up.sort();
     scale_up.dedup();
-    for kind in scale_up.iter().filter(|k| !is_torus(k)) {
+    let toroidal = torus_kinds(nodes);
+    for kind in scale_up.iter().filter(|k| !toroidal.contains(*k)) {
         let domains = group(nodes, kind);
         if domains.is_empty() {
             continue;
@@ -362,21 +363,23 @@ fn topology_yaml(nodes: &[NodeInfo], tree: &Tree, warnings: &mut Vec<String>) ->
             torus3d: None,
         });
     }
-    let mut toruses = Vec::new();
-    for (slice, members) in group(nodes, "tpu_slice") {
-        match torus(&slice, &members) {
-            Ok(t) => toruses.push(t),
-            Err(why) => warnings.push(format!("TPU slice {slice}: {why}; left out of topology.yaml")),
+    for kind in &toroidal {
+        let mut toruses = Vec::new();
+        for (domain, members) in group(nodes, kind) {
+            match torus(&domain, &members) {
+                Ok(t) => toruses.push(t),
+                Err(why) => warnings.push(format!("{kind} {domain}: {why}; left out of topology.yaml")),
+            }
         }
-    }
-    if !toruses.is_empty() {
-        topologies.push(Topology {
-            topology: "tpu".into(),
-            cluster_default: false,
-            tree: None,
-            block: None,
-            torus3d: Some(Torus3dSpec { toruses }),
-        });
+        if !toruses.is_empty() {
+            topologies.push(Topology {
+                topology: kind.replace('_', "-"),
+                cluster_default: false,
+                tree: None,
+                block: None,
+                torus3d: Some(Torus3dSpec { toruses }),
+            });
+        }
     }
     let body = serde_norway::to_string(&topologies)?;
     Ok(format!(
@@ -384,12 +387,11 @@ fn topology_yaml(nodes: &[NodeInfo], tree: &Tree, warnings: &mut Vec<String>) ->
     ))
 }
 
-/// Whether a scale-up domain kind is a TPU slice, which Slurm describes as a 3-D torus from the
-/// slice's chip topology rather than as a block. (The one family-specific rule of this export,
-/// listed in the vendor-vocabulary test's exceptions: the torus shape comes from the TPU
-/// plugin's attributes.)
-fn is_torus(kind: &str) -> bool {
-    kind == "tpu_slice"
+/// The domain kinds the machines describe as a torus (attribute `torus.domain`, set by the
+/// family whose scale-up is one, with `torus.chips`, `torus.chips_per_host` and `torus.host`):
+/// Slurm gets a 3-D torus of hosts for each such domain instead of a block.
+fn torus_kinds(nodes: &[NodeInfo]) -> BTreeSet<String> {
+    nodes.iter().filter_map(|n| n.machine.attributes.get("torus.domain").cloned()).collect()
 }
 
 /// Nodes by the value of one domain kind.
@@ -414,15 +416,15 @@ fn dims(text: &str) -> Option<[u32; 3]> {
     Some(out)
 }
 
-/// A TPU slice as a torus of hosts: the chip topology divided by the chips per host, hosts in
-/// worker-id order (x fastest, as Slurm maps them).
+/// A toroidal domain as a torus of hosts: the chip torus divided by the chips per host, hosts in
+/// `torus.host` order (x fastest, as Slurm maps them).
 fn torus(slice: &str, members: &[&NodeInfo]) -> Result<Torus, String> {
     let attr = |node: &NodeInfo, key: &str| node.machine.attributes.get(key).cloned();
     let first = members[0];
-    let topo = attr(first, "tpu.topology").and_then(|t| dims(&t)).ok_or("no chip topology (tpu.topology)")?;
-    let per_host = attr(first, "tpu.chips_per_host_bounds")
+    let topo = attr(first, "torus.chips").and_then(|t| dims(&t)).ok_or("no chip torus (torus.chips)")?;
+    let per_host = attr(first, "torus.chips_per_host")
         .and_then(|t| dims(&t))
-        .ok_or("no chips-per-host bounds (tpu.chips_per_host_bounds)")?;
+        .ok_or("no chips-per-host bounds (torus.chips_per_host)")?;
     let hosts: Vec<u32> = (0..3).map(|i| topo[i].div_ceil(per_host[i])).collect();
     let want = hosts.iter().product::<u32>() as usize;
     if want != members.len() {
@@ -435,7 +437,7 @@ fn torus(slice: &str, members: &[&NodeInfo]) -> Result<Torus, String> {
     }
     let mut ordered: Vec<(u32, &str)> = members
         .iter()
-        .map(|n| (attr(n, "tpu.worker_id").and_then(|w| w.parse().ok()).unwrap_or(u32::MAX), n.name))
+        .map(|n| (attr(n, "torus.host").and_then(|w| w.parse().ok()).unwrap_or(u32::MAX), n.name))
         .collect();
     ordered.sort();
     let dims = Dims { x: hosts[0], y: hosts[1], z: hosts[2] };

@@ -201,7 +201,9 @@ fn nvl72_cliques_make_blocks() {
 /// A four-host TPU v6e slice (4x4 chips, 2x2 per host), as GKE describes it to each worker.
 fn tpu_worker(worker: u32) -> Machine {
     let mut m = samples::machine("tpu-v6e").unwrap();
-    for (k, v) in [("tpu.topology", "4x4"), ("tpu.chips_per_host_bounds", "2,2,1"), ("tpu.worker_id", "")] {
+    for (k, v) in
+        [("torus.domain", "tpu_slice"), ("torus.chips", "4x4"), ("torus.chips_per_host", "2,2,1"), ("torus.host", "")]
+    {
         m.attributes.insert(k.into(), if v.is_empty() { worker.to_string() } else { v.into() });
     }
     m.accelerators.truncate(4);

@@ -97,7 +97,7 @@ fn isolate_env(machine_json: &str, ids: Vec<String>) -> PyResult<std::collection
     Ok(isolate(&plugins, &machine, &ids).env)
 }
 
-/// `ray start` labels, custom resources and GPU count of a machine (`accel_discover::export`),
+/// `ray start` labels, custom resources and GPU count of a machine (`accel_discover::labels`),
 /// as `(labels, resources, num_gpus)`.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
@@ -105,7 +105,7 @@ fn ray_node(
     machine_json: &str,
 ) -> PyResult<(std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, f64>, f64)> {
     let machine: Machine = parse(machine_json, "machine")?;
-    let node = accel_discover::export::ray_labels(&machine);
+    let node = accel_discover::labels::ray_labels(&machine);
     Ok((node.labels, node.resources, node.num_gpus))
 }
 

@@ -196,7 +196,7 @@ def grafana_dashboard() -> dict[str, Any]:
         panel(4, "Temperature", f"accel_hw_temperature_celsius{sel}", "celsius"),
         panel(
             5,
-            "Scale-up link throughput (NVLink, xGMI)",
+            "Scale-up link throughput",
             f"sum by (accel_node, index, model, direction) (rate(accel_hw_gpu_link_io_bytes_total{sel}[1m]))",
             "Bps",
             "{{accel_node}} #{{index}} {{direction}}",

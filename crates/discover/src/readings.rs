@@ -1,13 +1,10 @@
-//! The vendor-neutral readings every reader produces: the plugin protocol v1 `metrics` document
-//! (the format fixed with the plugin protocol), so a built-in reader and an external plugin are
-//! interchangeable and one renderer turns either into Prometheus series.
+//! The vendor-neutral readings every family's `metrics` produces: the plugin protocol v1 `metrics`
+//! document (the format fixed with the plugin protocol), so a built-in family and an external
+//! plugin are interchangeable and one renderer (the agent's) turns either into Prometheus series.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-
-/// The protocol version this agent reads.
-pub const PROTOCOL: u32 = 1;
 
 /// One `metrics` document: devices and scale-up links of one node at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -21,7 +18,7 @@ pub struct Readings {
 }
 
 fn protocol() -> u32 {
-    PROTOCOL
+    crate::protocol::PROTOCOL as u32
 }
 
 /// One device. Every field but `pci` is optional: absent means the vendor does not expose it,
@@ -68,6 +65,14 @@ pub struct LinkReading {
     pub rx_bytes_total: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors_total: Option<u64>,
+}
+
+/// One family's readings at one moment, with what went wrong on the way (a failed library
+/// call), as the `metrics` verb gives them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Metrics {
+    pub readings: Readings,
+    pub warnings: Vec<String>,
 }
 
 /// At most this many clock domains or error kinds per device are kept (label cardinality).

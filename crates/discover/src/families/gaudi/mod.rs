@@ -4,6 +4,8 @@
 //! are derived: on an 8-card board (HLS-2, HLS-3), every pair is linked by the SKU's scale-up
 //! ports split evenly over the 7 peers (21 ports → `ROCE3`).
 
+pub mod metrics;
+
 use std::collections::BTreeMap;
 
 use accel_model::{Accelerator, LinkKind, LinkKindInfo, Machine, PciAddr};
@@ -19,7 +21,40 @@ pub struct Gaudi;
 /// The link kind of Gaudi scale-up RoCE (integrated ports).
 pub const ROCE: LinkKind = LinkKind::new("roce");
 
+/// Where this family runs among the built-in plugins (lower first; the platform plugin runs
+/// before all, the generic PCI fallback after all).
+pub const ORDER: u32 = 50;
+
+/// This family's plugin, for the built-in list (`plugin_list`).
+pub fn plugin() -> Box<dyn Vendor> {
+    Box::new(Gaudi)
+}
+
 impl Vendor for Gaudi {
+    fn environment(&self, _host: &Host, _machine: &accel_model::Machine) -> crate::plugin::Environment {
+        crate::plugin::Environment {
+            modules: ["habanalabs"].map(String::from).to_vec(),
+            packages: ["habanalabs-firmware"].map(String::from).to_vec(),
+            
+            ..Default::default()
+        }
+    }
+
+    fn capture(&self, _host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
+        vec![
+            crate::plugin::Keep::ClassLinks("/sys/class/accel".into()),
+            crate::plugin::Keep::PciAttributes(["device_type", "module_id", "pci_addr"].map(String::from).to_vec()),
+            crate::plugin::Keep::DeviceNodes { dir: "/dev".into(), prefix: "accel".into(), digits: false },
+        ]
+    }
+
+    fn metrics(&self, host: &Host) -> Option<Result<crate::readings::Metrics, crate::protocol::PluginError>> {
+        let (readings, warnings) = metrics::read(host);
+        (!readings.devices.is_empty() || !warnings.is_empty()).then(|| {
+            Ok(crate::readings::Metrics { readings, warnings: warnings.iter().map(ToString::to_string).collect() })
+        })
+    }
+
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
         vec![LinkKindInfo::new(ROCE, "ROCE", "Gaudi scale-up RoCE (integrated ports)")]
     }

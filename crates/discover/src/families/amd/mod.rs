@@ -5,6 +5,8 @@
 //! node's compute units. GPUs on PCI that KFD does not list are
 //! still reported, from PCI alone.
 
+pub mod metrics;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use accel_model::{Accelerator, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning};
@@ -106,7 +108,43 @@ pub const XGMI: LinkKind = LinkKind::new("xgmi");
 /// The link kind of chip-to-chip (two dies of one package).
 pub const C2C: LinkKind = LinkKind::new("c2c");
 
+/// Where this family runs among the built-in plugins (lower first; the platform plugin runs
+/// before all, the generic PCI fallback after all).
+pub const ORDER: u32 = 20;
+
+/// This family's plugin, for the built-in list (`plugin_list`).
+pub fn plugin() -> Box<dyn Vendor> {
+    Box::new(Amd)
+}
+
 impl Vendor for Amd {
+    fn environment(&self, host: &Host, _machine: &accel_model::Machine) -> crate::plugin::Environment {
+        crate::plugin::Environment {
+            modules: ["amdgpu"].map(String::from).to_vec(),
+            packages: ["rocm-core", "rccl"].map(String::from).to_vec(),
+            facts: crate::plugin::read_fact(host, "runtime.rocm", "/opt/rocm/.info/version").into_iter().collect(),
+            variables: vec!["RCCL_".into()],
+        }
+    }
+
+    fn capture(&self, _host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
+        vec![
+            crate::plugin::Keep::Tree { path: "/sys/class/kfd/kfd/topology".into(), depth: 5 },
+            crate::plugin::Keep::PciAttributes(
+                ["mem_info_vram_total", "unique_id", "current_compute_partition", "current_memory_partition"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+        ]
+    }
+
+    fn metrics(&self, host: &Host) -> Option<Result<crate::readings::Metrics, crate::protocol::PluginError>> {
+        let (readings, warnings) = metrics::read(host);
+        (!readings.devices.is_empty() || !warnings.is_empty()).then(|| {
+            Ok(crate::readings::Metrics { readings, warnings: warnings.iter().map(ToString::to_string).collect() })
+        })
+    }
+
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
         vec![
             LinkKindInfo::new(XGMI, "XGMI", "AMD Infinity Fabric (xGMI)"),
@@ -135,7 +173,7 @@ impl Vendor for Amd {
         if let Some(first) = devices.first() {
             labels.insert(
                 "amd.com/gpu.product-name".into(),
-                crate::export::label_value(&first.product.replace(' ', "_")),
+                crate::labels::label_value(&first.product.replace(' ', "_")),
             );
             if let Some(d) = first.pci_device {
                 labels.insert("amd.com/gpu.device-id".into(), d.to_string());

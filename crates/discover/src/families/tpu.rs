@@ -76,7 +76,32 @@ pub const TPU_SLICE: DomainKind = DomainKind::new("tpu_slice");
 /// The link kind of TPU inter-chip interconnect.
 pub const ICI: LinkKind = LinkKind::new("ici");
 
+/// Where this family runs among the built-in plugins (lower first; the platform plugin runs
+/// before all, the generic PCI fallback after all).
+pub const ORDER: u32 = 30;
+
+/// This family's plugin, for the built-in list (`plugin_list`).
+pub fn plugin() -> Box<dyn Vendor> {
+    Box::new(Tpu)
+}
+
 impl Vendor for Tpu {
+    fn environment(&self, _host: &Host, _machine: &accel_model::Machine) -> crate::plugin::Environment {
+        crate::plugin::Environment {
+            modules: ["gasket", "apex", "accel"].map(String::from).to_vec(),
+            packages: Vec::new(),
+            
+            ..Default::default()
+        }
+    }
+
+    fn capture(&self, _host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
+        vec![
+            crate::plugin::Keep::DeviceNodes { dir: "/dev".into(), prefix: "accel".into(), digits: false },
+            crate::plugin::Keep::DeviceNodes { dir: "/dev/vfio".into(), prefix: String::new(), digits: true },
+        ]
+    }
+
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
         vec![LinkKindInfo::new(ICI, "ICI", "TPU inter-chip interconnect")]
     }
@@ -98,7 +123,7 @@ impl Vendor for Tpu {
 
     /// GKE's TPU labels: `tpu-v6e-slice`-style accelerator names from the `v6e-8` type.
     fn k8s_labels(&self, machine: &Machine, _devices: &[&Accelerator]) -> BTreeMap<String, String> {
-        use crate::export::label_value;
+        use crate::labels::label_value;
         let mut labels = BTreeMap::new();
         if let (Some(t), Some(topo)) =
             (machine.attributes.get("tpu.accelerator_type"), machine.attributes.get("tpu.topology"))
@@ -166,6 +191,23 @@ impl Vendor for Tpu {
         ] {
             if let Some((v, _)) = value {
                 report.attributes.insert(key.into(), v.clone());
+            }
+        }
+        // The slice is a torus of chips: the Slurm export describes it from these.
+        if let (Some((chips, _)), Some((per, _))) = (&topology, &per_host) {
+            report.attributes.insert("torus.domain".into(), TPU_SLICE.as_str().to_owned());
+            report.attributes.insert("torus.chips".into(), chips.clone());
+            report.attributes.insert("torus.chips_per_host".into(), per.clone());
+            if let Some((w, _)) = &worker {
+                report.attributes.insert("torus.host".into(), w.clone());
+            }
+        }
+        // Published as Ray labels (`accel.io/<name>`, see `labels::ray_labels`).
+        for (name, value) in
+            [("label.tpu-worker-id", &worker), ("label.tpu-topology", &topology), ("label.tpu-pod-type", &accel_type)]
+        {
+            if let Some((v, _)) = value {
+                report.attributes.insert(name.into(), v.clone());
             }
         }
         if let Some((slice, source)) = name.clone().or(accel_type.clone()) {

@@ -1,5 +1,5 @@
-//! Smaller families: Intel data-center GPUs (xe and i915, memory summed over tiles) and Groq
-//! LPUs (by PCI vendor 0x1de0).
+//! Intel data-center GPUs (Max, Flex; the xe and i915 drivers), memory summed over tiles;
+//! isolated with `ZE_AFFINITY_MASK`.
 
 use accel_model::{Accelerator, Machine};
 
@@ -11,7 +11,31 @@ const SRC: &str = "intel-gpu";
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IntelGpu;
 
+/// Where this family runs among the built-in plugins (lower first; the platform plugin runs
+/// before all, the generic PCI fallback after all).
+pub const ORDER: u32 = 60;
+
+/// This family's plugin, for the built-in list (`plugin_list`).
+pub fn plugin() -> Box<dyn Vendor> {
+    Box::new(IntelGpu)
+}
+
 impl Vendor for IntelGpu {
+    fn environment(&self, _host: &Host, _machine: &accel_model::Machine) -> crate::plugin::Environment {
+        crate::plugin::Environment {
+            modules: ["xe", "i915"].map(String::from).to_vec(),
+            packages: Vec::new(),
+            
+            ..Default::default()
+        }
+    }
+
+    fn capture(&self, _host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
+        vec![crate::plugin::Keep::PciAttributes(
+            ["lmem_total_bytes", "tile*/physical_vram_size_bytes"].map(String::from).to_vec(),
+        )]
+    }
+
     fn id(&self) -> &'static str {
         "intel-gpu"
     }
@@ -74,38 +98,5 @@ impl Vendor for IntelGpu {
 
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
         isolate_by_index(devices, &["ZE_AFFINITY_MASK"])
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Groq;
-
-impl Vendor for Groq {
-    fn id(&self) -> &'static str {
-        "groq"
-    }
-
-    fn vocabulary(&self) -> accel_model::Vocabulary {
-        crate::plugin::vocabulary("lpu", "LPU", None, None, &[], None)
-    }
-
-    fn discover(&self, host: &Host, platform: &Machine) -> Report {
-        Report {
-            // The driver's /dev/groq<N>, numbered in probe (PCI) order.
-            accelerators: pci_functions(platform, 0x1de0, |_| true)
-                .enumerate()
-                .map(|(i, n)| {
-                    let mut acc = pci_accelerator(host, n, "groq", "groq");
-                    acc.vocabulary.device_files = vec![format!("/dev/groq{i}")];
-                    acc
-                })
-                .collect(),
-            ..Report::default()
-        }
-    }
-
-    fn isolate(&self, _devices: &[&Accelerator]) -> Isolation {
-        // GroqWare selects devices by path; there is no visibility variable.
-        Isolation::default()
     }
 }

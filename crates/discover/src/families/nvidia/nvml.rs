@@ -10,6 +10,12 @@ pub trait NvmlSource: Send + Sync {
     /// Everything the plugin reads. A source that fails outright returns `Err` (NVIDIA is then
     /// discovered through procfs); per-device failures go into [`NvmlSnapshot::errors`].
     fn snapshot(&self) -> Result<NvmlSnapshot, String>;
+
+    /// The readings now (utilisation, memory, power, clocks, ECC, NVLink counters), for the
+    /// family's `metrics`. `None` for a source without live readings (a recording).
+    fn metrics(&self) -> Option<crate::families::nvidia::metrics::NvmlMetrics> {
+        None
+    }
 }
 
 /// What NVML said about this node.

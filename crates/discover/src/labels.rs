@@ -125,13 +125,12 @@ fn common_labels(machine: &Machine) -> BTreeMap<String, String> {
         labels.insert("accel.io/scaleup-island-size".into(), members.len().to_string());
         labels.insert("accel.io/scaleup-islands".into(), isl.len().to_string());
     }
-    for (attr, key) in [
-        ("tpu.worker_id", "accel.io/tpu-worker-id"),
-        ("tpu.topology", "accel.io/tpu-topology"),
-        ("tpu.accelerator_type", "accel.io/tpu-pod-type"),
-    ] {
-        if let Some(v) = machine.attributes.get(attr).map(|v| label_value(v)).filter(|v| !v.is_empty()) {
-            labels.insert(key.into(), v);
+    // Node facts a plugin publishes as labels: the attribute `label.<name>` is `accel.io/<name>`.
+    for (attr, value) in &machine.attributes {
+        let Some(name) = attr.strip_prefix("label.") else { continue };
+        let (name, value) = (label_value(name).to_ascii_lowercase(), label_value(value));
+        if !name.is_empty() && !value.is_empty() {
+            labels.insert(format!("accel.io/{name}"), value);
         }
     }
     labels

@@ -1,10 +1,10 @@
 //! The live [`NvmlSource`]: libnvidia-ml loaded at run time through nvml-wrapper. A missing
 //! library (no driver, a container without it) means "no NVML", never a crash; every failing
-//! call becomes an entry in [`crate::nvml::NvmlSnapshot::errors`]. Built only with the `nvml` feature.
+//! call becomes an entry in [`crate::families::nvidia::nvml::NvmlSnapshot::errors`]. Built only with the `nvml` feature.
 
 use std::sync::Arc;
 
-use crate::nvml::NvmlSource;
+use crate::families::nvidia::nvml::NvmlSource;
 
 /// The live NVML, or `None` when the library cannot be loaded or initialised.
 pub fn open() -> Option<Arc<dyn NvmlSource>> {
@@ -25,7 +25,11 @@ mod live {
     use nvml_wrapper::structs::device::FieldId;
     use nvml_wrapper::Nvml;
 
-    use crate::nvml::{NvmlDevice, NvmlLink, NvmlSnapshot, NvmlSource, RemoteType};
+    use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
+    use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+
+    use crate::families::nvidia::metrics::{NvmlDeviceMetrics, NvmlLinkMetrics, NvmlMetrics};
+    use crate::families::nvidia::nvml::{NvmlDevice, NvmlLink, NvmlSnapshot, NvmlSource, RemoteType};
 
     /// `NVML_NVLINK_MAX_LINKS`.
     const MAX_LINKS: u32 = 18;
@@ -126,15 +130,90 @@ mod live {
             }
             Ok(snap)
         }
+
+        /// Reads every device; a failing call is `None` plus an entry in `errors`.
+        fn metrics(&self) -> Option<NvmlMetrics> {
+            let mut out = NvmlMetrics::default();
+            let count = match self.nvml.device_count() {
+                Ok(n) => n,
+                Err(e) => {
+                    out.errors.push(format!("nvmlDeviceGetCount: {e}"));
+                    return Some(out);
+                }
+            };
+            for index in 0..count {
+                let device = match self.nvml.device_by_index(index) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        out.errors.push(format!("nvmlDeviceGetHandleByIndex(device {index}): {e}"));
+                        continue;
+                    }
+                };
+                let Ok(pci) = device.pci_info() else {
+                    out.errors.push(format!("nvmlDeviceGetPciInfo(device {index}) failed"));
+                    continue;
+                };
+                let mem = device.memory_info().ok();
+                let mut d = NvmlDeviceMetrics {
+                    pci_bus_id: pci.bus_id,
+                    uuid: device.uuid().ok(),
+                    utilization_gpu_percent: device.utilization_rates().ok().map(|u| u.gpu),
+                    memory_used_bytes: mem.as_ref().map(|m| m.used),
+                    memory_total_bytes: mem.as_ref().map(|m| m.total),
+                    power_usage_mw: device.power_usage().ok(),
+                    temperature_gpu_c: device.temperature(TemperatureSensor::Gpu).ok(),
+                    clock_sm_mhz: device.clock_info(Clock::SM).ok(),
+                    clock_mem_mhz: device.clock_info(Clock::Memory).ok(),
+                    ecc_corrected_volatile: device.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile).ok(),
+                    ecc_uncorrected_volatile: device
+                        .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+                        .ok(),
+                    nvlinks: Vec::new(),
+                };
+                for link in 0..MAX_LINKS {
+                    let w = device.link_wrapper_for(link);
+                    if !w.is_active().unwrap_or(false) {
+                        continue;
+                    }
+                    let errors = [
+                        ErrorCounter::DlReplay,
+                        ErrorCounter::DlRecovery,
+                        ErrorCounter::DlCrcFlit,
+                        ErrorCounter::DlCrcData,
+                    ]
+                    .into_iter()
+                    .filter_map(|c| w.error_counter(c).ok())
+                    .reduce(|a, b| a.saturating_add(b));
+                    let (tx, rx) = match &self.raw {
+                        Some(raw) => raw.throughput(&device, link),
+                        None => (None, None),
+                    };
+                    d.nvlinks.push(NvmlLinkMetrics {
+                        link,
+                        remote_pci: w.remote_pci_info().ok().map(|p| p.bus_id),
+                        data_tx_kib: tx,
+                        data_rx_kib: rx,
+                        errors,
+                    });
+                }
+                out.devices.push(d);
+            }
+            Some(out)
+        }
     }
 
     /// The one unwrapped call, on a second handle of the same (already loaded) library.
     #[allow(unsafe_code)]
     mod fabric {
         use nvml_wrapper::{Device, Nvml};
-        use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlGpuFabricInfo_t, NvmlLib};
+        use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t, nvmlGpuFabricInfo_t, NvmlLib};
 
-        use crate::nvml::{NvmlFabric, NvmlMigDevice};
+        use crate::families::nvidia::nvml::{NvmlFabric, NvmlMigDevice};
+
+        /// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`, `_RX` (KiB, per link by scope: nvml-wrapper
+        /// 0.11 always sends scope 0, so this call goes through the raw handle).
+        const FI_DATA_TX: u32 = 138;
+        const FI_DATA_RX: u32 = 139;
 
         /// `NVML_SUCCESS`, `NVML_ERROR_NOT_SUPPORTED`, `NVML_ERROR_NOT_FOUND`.
         const SUCCESS: u32 = 0;
@@ -199,6 +278,30 @@ mod live {
                     });
                 }
                 Ok(out)
+            }
+
+            /// Data tx and rx KiB of one link; `None` where the field is unsupported.
+            pub fn throughput(&self, device: &Device, link: u32) -> (Option<u64>, Option<u64>) {
+                let Ok(get) = &self.0.nvmlDeviceGetFieldValues else { return (None, None) };
+                // SAFETY: nvmlFieldValue_t is a plain C struct for which all-zero is valid.
+                let mut values: [nvmlFieldValue_t; 2] = unsafe { std::mem::zeroed() };
+                values[0].fieldId = FI_DATA_TX;
+                values[1].fieldId = FI_DATA_RX;
+                values[0].scopeId = link;
+                values[1].scopeId = link;
+                // SAFETY: the handle comes from a live `Device` of an initialised NVML; `values`
+                // is a writable array of the length passed.
+                let ret = unsafe { get(device.handle(), 2, values.as_mut_ptr()) };
+                if ret != SUCCESS {
+                    return (None, None);
+                }
+                let read = |v: &nvmlFieldValue_t| {
+                    // SAFETY: the union was zeroed and NVML fills it; every bit pattern is a valid
+                    // u64, and unsigned long long is the type these two fields report.
+                    let value = unsafe { v.value.ullVal };
+                    (v.nvmlReturn == SUCCESS).then_some(value)
+                };
+                (read(&values[0]), read(&values[1]))
             }
 
             pub fn fabric(&self, device: &Device) -> Result<Option<NvmlFabric>, String> {

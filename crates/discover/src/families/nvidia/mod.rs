@@ -5,13 +5,18 @@
 //! this process (a container sees a subset of the host's PCI GPUs); isolation names GPUs and MIG
 //! devices by UUID.
 
+pub mod metrics;
+pub mod nvml;
+pub mod nvml_live;
+
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use accel_model::{
     Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
 };
 
-use crate::nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, RemoteType};
+use nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, NvmlSource, RemoteType};
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
 
@@ -34,7 +39,92 @@ pub const NVLINK: LinkKind = LinkKind::new("nvlink");
 /// The link kind of NVLink through NVSwitch.
 pub const NVSWITCH: LinkKind = LinkKind::new("nvswitch");
 
+/// Where this family runs among the built-in plugins (lower first; the platform plugin runs
+/// before all, the generic PCI fallback after all).
+pub const ORDER: u32 = 10;
+
+/// This family's plugin, for the built-in list (`plugin_list`).
+pub fn plugin() -> Box<dyn Vendor> {
+    Box::new(Nvidia)
+}
+
+/// The CUDA version in `/usr/local/cuda/version.json` (`{"cuda": {"version": "12.8.1"}}`).
+fn json_cuda_version(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("cuda").and_then(|c| c.get("version")).and_then(|v| v.as_str()).map(str::to_owned)
+}
+
+/// The NVML a host carries: the live library `open_live` attached, or a test's source.
+pub trait NvmlHost {
+    /// `self` with `nvml` as its NVIDIA runtime.
+    fn with_nvml(self, nvml: Arc<dyn NvmlSource>) -> Host;
+    fn nvml(&self) -> Option<&dyn NvmlSource>;
+}
+
+impl NvmlHost for Host {
+    fn with_nvml(self, nvml: Arc<dyn NvmlSource>) -> Host {
+        self.with_runtime("nvidia", Arc::new(nvml))
+    }
+
+    fn nvml(&self) -> Option<&dyn NvmlSource> {
+        self.runtime("nvidia")?.downcast_ref::<Arc<dyn NvmlSource>>().map(|n| &**n)
+    }
+}
+
 impl Vendor for Nvidia {
+    fn environment(&self, host: &Host, machine: &accel_model::Machine) -> crate::plugin::Environment {
+        let mut facts = Vec::new();
+        let mut warnings = Vec::new();
+        let mut read = |path: &str| host.read_text(&host.path(path), 64 * 1024, "env", &mut warnings);
+        if let Some(v) = read("/proc/driver/nvidia/version") {
+            facts.push(("driver.nvidia.proc".into(), v.lines().next().unwrap_or("").to_owned(), "/proc/driver/nvidia/version".into()));
+        }
+        if let Some(v) = host.nvml().and_then(|n| n.snapshot().ok()).and_then(|s| s.driver_version) {
+            facts.push(("driver.nvidia.nvml".into(), v, "nvml".into()));
+        }
+        if let Some(v) = read("/usr/local/cuda/version.json") {
+            let v = json_cuda_version(&v).unwrap_or(v);
+            facts.push(("runtime.cuda".into(), v, "/usr/local/cuda/version.json".into()));
+        }
+        for pci in machine.accelerators.iter().filter(|a| a.plugin == self.id()).filter_map(|a| a.pci) {
+            let info = format!("/proc/driver/nvidia/gpus/{pci}/information");
+            if let Some(v) = read(&info).and_then(|t| t.lines().find_map(|l| l.strip_prefix("Video BIOS:").map(str::to_owned))) {
+                facts.push((format!("firmware.{pci}.vbios"), v, info));
+            }
+        }
+        crate::plugin::Environment {
+            modules: ["nvidia"].map(String::from).to_vec(),
+            packages: ["cuda-runtime-12-8", "cuda-toolkit"].map(String::from).to_vec(),
+            variables: ["CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER"].map(String::from).to_vec(),
+            facts,
+        }
+    }
+
+    fn capture(&self, host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
+        let mut keep = vec![crate::plugin::Keep::EachEntry { dir: "/proc/driver/nvidia/gpus".into(), file: "information".into() }];
+        // What NVML said, recorded for replay; a capture of a capture keeps the recording.
+        match host.nvml().map(|n| n.snapshot()) {
+            Some(Ok(snapshot)) => keep.extend(
+                serde_json::to_string_pretty(&snapshot)
+                    .ok()
+                    .map(|json| crate::plugin::Keep::Record { path: RECORDED_NVML.into(), bytes: json.into_bytes() }),
+            ),
+            _ => keep.push(crate::plugin::Keep::File(RECORDED_NVML.into())),
+        }
+        keep
+    }
+
+    fn open_live(&self, host: Host) -> Host {
+        match nvml_live::open() {
+            Some(nvml) => host.with_nvml(nvml),
+            None => host,
+        }
+    }
+
+    fn metrics(&self, host: &Host) -> Option<Result<crate::readings::Metrics, crate::protocol::PluginError>> {
+        metrics::read(host)
+    }
+
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
         vec![
             LinkKindInfo::new(NVLINK, "NV", "NVLink (direct)"),
@@ -59,7 +149,7 @@ impl Vendor for Nvidia {
 
     /// GPU Feature Discovery's `nvidia.com/gpu.*` labels (values from accel's own data).
     fn k8s_labels(&self, machine: &Machine, devices: &[&Accelerator]) -> BTreeMap<String, String> {
-        use crate::export::label_value;
+        use crate::labels::label_value;
         let mut labels = BTreeMap::new();
         let Some(first) = devices.first() else { return labels };
         labels.insert("nvidia.com/gpu.count".into(), devices.len().to_string());
@@ -302,7 +392,7 @@ fn apply_nvml(
             Some(name) => {
                 cliques.entry(name).or_default().insert(id.clone());
             }
-            None if fabric.state == crate::nvml::NvmlFabric::STATE_COMPLETED => report.warnings.push(Warning {
+            None if fabric.state == nvml::NvmlFabric::STATE_COMPLETED => report.warnings.push(Warning {
                 source: SRC.into(),
                 path: None,
                 message: format!(
@@ -412,6 +502,15 @@ fn procfs(host: &Host, gpus: &mut BTreeMap<PciAddr, Accelerator>, warnings: &mut
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_version_from_its_json() {
+        assert_eq!(
+            json_cuda_version(r#"{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}}"#).as_deref(),
+            Some("12.8.1")
+        );
+        assert_eq!(json_cuda_version("12.8"), None);
+    }
     use proptest::prelude::*;
 
     #[test]

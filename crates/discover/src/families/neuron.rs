@@ -35,7 +35,29 @@ pub fn parse_connected(text: &str) -> Option<Vec<u32>> {
 /// The link kind of NeuronLink.
 pub const NEURONLINK: LinkKind = LinkKind::new("neuronlink");
 
+/// Where this family runs among the built-in plugins (lower first; the platform plugin runs
+/// before all, the generic PCI fallback after all).
+pub const ORDER: u32 = 40;
+
+/// This family's plugin, for the built-in list (`plugin_list`).
+pub fn plugin() -> Box<dyn Vendor> {
+    Box::new(Neuron)
+}
+
 impl Vendor for Neuron {
+    fn environment(&self, host: &Host, _machine: &accel_model::Machine) -> crate::plugin::Environment {
+        crate::plugin::Environment {
+            modules: ["neuron"].map(String::from).to_vec(),
+            packages: ["aws-neuronx-runtime-lib", "aws-neuronx-dkms"].map(String::from).to_vec(),
+            facts: crate::plugin::read_fact(host, "runtime.neuron", "/opt/aws/neuron/share/neuron-runtime-version").into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    fn capture(&self, _host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
+        vec![crate::plugin::Keep::Tree { path: "/sys/devices/virtual/neuron_device".into(), depth: 4 }]
+    }
+
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
         vec![LinkKindInfo::new(NEURONLINK, "NL", "NeuronLink")]
     }

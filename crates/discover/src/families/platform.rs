@@ -20,6 +20,13 @@ pub const RECORDED_IMDS: &str = "/accel/imds";
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Platform;
 
+/// Runs first: its metadata (a TPU's environment) feeds the families after it.
+pub const ORDER: u32 = 0;
+
+pub fn plugin() -> Box<dyn Vendor> {
+    Box::new(Platform)
+}
+
 /// Parses a downward-API labels file: `key="value"` per line, values Go-quoted.
 pub fn parse_labels(text: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -65,7 +72,7 @@ pub fn label_domains(labels: &BTreeMap<String, String>) -> Vec<Domain> {
         ("topology.k8s.aws/network-node-layer-2", DomainKind::NETWORK_NODE),
         ("topology.k8s.aws/network-node-layer-3", DomainKind::NETWORK_NODE),
         ("topology.k8s.aws/network-node-layer-4", DomainKind::NETWORK_NODE),
-        ("nvidia.com/gpu.clique", crate::nvidia::NVLINK_CLIQUE),
+        ("nvidia.com/gpu.clique", crate::families::nvidia::NVLINK_CLIQUE),
     ];
     let mut out: Vec<Domain> = Vec::new();
     for (key, kind) in MAP {
@@ -78,7 +85,7 @@ pub fn label_domains(labels: &BTreeMap<String, String>) -> Vec<Domain> {
             Some(layer) => format!("{layer}:{value}"),
             None => value.clone(),
         };
-        let scale_up = *kind == crate::nvidia::NVLINK_CLIQUE;
+        let scale_up = *kind == crate::families::nvidia::NVLINK_CLIQUE;
         out.push(Domain { kind: *kind, name, source: format!("k8s-label:{key}"), accelerators: Vec::new(), scale_up });
     }
     out
@@ -95,6 +102,27 @@ fn is_zone_name(text: &str) -> bool {
 }
 
 impl Vendor for Platform {
+    fn capture(&self, host: &Host, machine: &Machine) -> Vec<crate::plugin::Keep> {
+        let mut keep = Vec::new();
+        let record = |path: String, text: &str| crate::plugin::Keep::Record { path, bytes: text.as_bytes().to_vec() };
+        if let Some(env) = machine.attributes.get("gce.tpu-env") {
+            keep.push(record(format!("{RECORDED_GCE}/tpu-env"), env));
+        }
+        for d in &machine.domains {
+            if d.kind == DomainKind::ZONE && d.source.starts_with("gce-metadata") {
+                keep.push(record(format!("{RECORDED_GCE}/zone"), &format!("zones/{}", d.name)));
+            }
+            if d.kind == DomainKind::ZONE && d.source.starts_with("ec2-imds") {
+                keep.push(record(format!("{RECORDED_IMDS}/availability-zone"), d.name.as_str()));
+            }
+        }
+        match host.labels_file() {
+            Some(path) => keep.extend(read_outside(path).ok().map(|text| record(RECORDED_LABELS.into(), &text))),
+            None => keep.push(crate::plugin::Keep::File(RECORDED_LABELS.into())),
+        }
+        keep
+    }
+
     fn id(&self) -> &'static str {
         "platform"
     }
