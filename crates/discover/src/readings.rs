@@ -75,6 +75,15 @@ pub struct Metrics {
     pub warnings: Vec<String>,
 }
 
+impl Metrics {
+    /// A reader's result as a family's `metrics`: `None` (not provided on this host) when it
+    /// found no device and had nothing to warn about.
+    pub fn found((readings, warnings): (Readings, Vec<accel_model::Warning>)) -> Option<Metrics> {
+        (!readings.devices.is_empty() || !warnings.is_empty())
+            .then(|| Metrics { readings, warnings: warnings.iter().map(ToString::to_string).collect() })
+    }
+}
+
 /// At most this many clock domains or error kinds per device are kept (label cardinality).
 pub const MAX_KEYS: usize = 32;
 

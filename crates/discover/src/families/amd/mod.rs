@@ -139,10 +139,7 @@ impl Vendor for Amd {
     }
 
     fn metrics(&self, host: &Host) -> Option<Result<crate::readings::Metrics, crate::protocol::PluginError>> {
-        let (readings, warnings) = metrics::read(host);
-        (!readings.devices.is_empty() || !warnings.is_empty()).then(|| {
-            Ok(crate::readings::Metrics { readings, warnings: warnings.iter().map(ToString::to_string).collect() })
-        })
+        crate::readings::Metrics::found(metrics::read(host)).map(Ok)
     }
 
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
