@@ -97,7 +97,7 @@ fn run(data: &[u8]) {
     let host = Host::in_memory(tree.clone(), registry());
     let machine = discover_checked(&host);
     if base.is_none() {
-        let (copied, _) = capture::capture(&host, &machine);
+        let (copied, _) = capture::capture(&host, &machine, &default_plugins());
         let copied = MemTree::parse_bundle(&copied.to_bundle()).expect("accel capture's bundle parses");
         if strict() {
             let recaptured = discover(&Host::in_memory(Arc::new(copied), registry()), &default_plugins());
