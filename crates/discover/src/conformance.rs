@@ -237,8 +237,18 @@ pub fn run(plugins: &[Box<dyn Vendor>], external: &[&str], only: &[String], capt
             }
             let mut checks = Vec::new();
             let rounds = if is_external { EXTERNAL_MUTATIONS } else { MUTATIONS };
-            checks.extend(discover_checks(std::slice::from_ref(plugin), capture, machine, &devices, rounds));
-            checks.extend(topology_checks(plugin.as_ref(), capture, machine, &devices));
+            // The plugin's own answer, asked once for the checks that judge it directly.
+            let (platform, answer) = raw_answer(plugin.as_ref(), capture);
+            checks.extend(discover_checks(
+                std::slice::from_ref(plugin),
+                capture,
+                machine,
+                &devices,
+                rounds,
+                (&platform, &answer),
+            ));
+            let answer = answer.unwrap_or(Value::Null);
+            checks.extend(topology_checks(plugin.as_ref(), &answer, capture, machine, &devices));
             checks.extend(isolate_checks(plugin.as_ref(), capture, &devices));
             checks.extend(reading_checks(plugin.as_ref(), capture, machine, &devices));
             per_capture.push(CaptureResult {
@@ -313,14 +323,14 @@ fn discover_checks(
     machine: &Machine,
     devices: &[&Accelerator],
     rounds: usize,
+    (platform, answer): (&Machine, &Result<Value, PluginError>),
 ) -> Vec<Check> {
     const C: &str = "discover";
-    let plugin = alone[0].as_ref();
     let mut out = Vec::new();
-    let (platform, answer) = raw_answer(plugin, capture);
+    let null = Value::Null;
     let answer = match answer {
         Ok(answer) => {
-            let errors = crate::schema::validate("discover.response", &answer);
+            let errors = crate::schema::validate("discover.response", answer);
             out.push(if errors.is_empty() {
                 pass(C, "schema")
             } else {
@@ -330,7 +340,7 @@ fn discover_checks(
         }
         Err(e) => {
             out.push(check(C, "schema", Status::Fail, e.to_string()));
-            Value::Null
+            &null
         }
     };
     let (first, again) = (discover(&capture.host, alone), discover(&capture.host, alone));
@@ -340,7 +350,7 @@ fn discover_checks(
 
     // Ids as the plugin gave them, before discovery drops the repeats.
     let mut seen = std::collections::BTreeSet::new();
-    let repeated: Vec<&str> = answer_list(&answer, "accelerators")
+    let repeated: Vec<&str> = answer_list(answer, "accelerators")
         .iter()
         .filter_map(|d| d.get("id").and_then(Value::as_str))
         .filter(|id| !seen.insert(*id))
@@ -353,7 +363,7 @@ fn discover_checks(
 
     // Against the capture's own PCI tree: discovery adds a placeholder for a device at an
     // address the tree lacks, so the assembled machine cannot say.
-    let outside: Vec<String> = answer_list(&answer, "accelerators")
+    let outside: Vec<String> = answer_list(answer, "accelerators")
         .iter()
         .filter_map(|d| d.get("pci").and_then(Value::as_str))
         .filter(|p| p.parse::<accel_model::PciAddr>().map_or(true, |a| platform.pci_device(a).is_none()))
@@ -521,20 +531,25 @@ pub fn invariants(m: &Machine) -> Result<(), String> {
     Ok(())
 }
 
-fn topology_checks(plugin: &dyn Vendor, capture: &Capture, machine: &Machine, devices: &[&Accelerator]) -> Vec<Check> {
+fn topology_checks(
+    plugin: &dyn Vendor,
+    answer: &Value,
+    capture: &Capture,
+    machine: &Machine,
+    devices: &[&Accelerator],
+) -> Vec<Check> {
     const C: &str = "topology";
     let mut out = Vec::new();
     // The links as the plugin gave them: discovery drops a bad one with a warning, so the
     // machine cannot say. A link to another plugin's device needs that plugin's consent, which
     // one plugin's answer cannot show: only links within the answer are judged.
-    let answer = raw_answer(plugin, capture).1.unwrap_or(Value::Null);
     let ids: std::collections::BTreeSet<&str> =
-        answer_list(&answer, "accelerators").iter().filter_map(|d| d.get("id").and_then(Value::as_str)).collect();
+        answer_list(answer, "accelerators").iter().filter_map(|d| d.get("id").and_then(Value::as_str)).collect();
     let others: std::collections::BTreeSet<&str> =
         machine.accelerators.iter().filter(|a| a.plugin != plugin.id()).map(|a| a.id.as_str()).collect();
     let mut problems = Vec::new();
     let mut pairs = std::collections::BTreeSet::new();
-    let links = answer_list(&answer, "links");
+    let links = answer_list(answer, "links");
     for l in links {
         let end = |k: &str| l.get(k).and_then(Value::as_str).unwrap_or("");
         let (a, b) = (end("a"), end("b"));

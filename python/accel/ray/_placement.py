@@ -54,7 +54,7 @@ def ray_units(device: dict[str, Any]) -> float:
 
 def device_resource(vendor: str, index: int) -> str:
     """The per-device custom resource: `accel_dev_nvidia_3` (the name `accel labels --format ray`
-    gives, from `accel_discover::export`; a test checks they agree)."""
+    gives, from `accel_discover::labels`; a test checks they agree)."""
     return "accel_dev_" + re.sub(r"[^a-zA-Z0-9]", "_", _label_value(vendor)) + f"_{index}"
 
 
@@ -69,7 +69,7 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
     The labels and per-device resources are discovery's (`accel labels --format ray`), plus
     `accel.io/node=<name>` and the planner labels given (`{"rack": "r1"}` -> `accel.io/rack=r1`);
     the resources and `num_gpus` hold each plugin's own Ray resource in the units it gives (a
-    Neuron device counts its cores), computed once in `accel_discover::export::ray_labels`.
+    Neuron device counts its cores), computed once in `accel_discover::labels::ray_labels`.
     """
     base_labels, resources, num_gpus = _native.ray_node(json.dumps(machine))
     out_labels = dict(base_labels)
