@@ -37,8 +37,14 @@ try:
     print(f"{len(devices)} device resources: {devices[0]} ... {devices[-1]}")
     assert len(devices) == 16
     view = aray.cluster_from_ray()  # the planner's cluster, read back from Ray
-    print({n["name"]: n["labels"].get("accel.io/accelerator-type") for n in view["nodes"]})
     assert sorted(n["name"] for n in view["nodes"]) == sorted(NODES)
+    for node in view["nodes"]:
+        machine = accel.sample(NODES[node["name"]])
+        spec = aray.node_spec(machine, node["name"])
+        print(f"{node['name']}: {len(node['machine']['accelerators'])} accelerators, labels {node['labels']}")
+        # The machine and the labels Ray holds are the ones the node started with.
+        assert len(node["machine"]["accelerators"]) == len(machine["accelerators"]) > 0
+        assert node["labels"] and set(node["labels"].values()) <= set(spec["labels"].values()), node["labels"]
 finally:
     ray.shutdown()
     cluster.shutdown()

@@ -21,5 +21,13 @@ if ! .venv/bin/python -c "import nixl_cu12" >/dev/null 2>&1; then
   echo "== installing nixl-cu12 (--no-deps) into .venv"
   .venv/bin/python -m pip install -q --no-deps "nixl-cu12==1.5.1"
 fi
+# zig and cargo-zigbuild (from PyPI, pinned): scripts/wheel.sh links the wheel's extension and
+# binary through them against glibc 2.17, so the wheel runs on older Linux than this one.
+if [ ! -x .venv/bin/cargo-zigbuild ] || ! .venv/bin/python -c "import ziglang" >/dev/null 2>&1; then
+  echo "== installing ziglang and cargo-zigbuild into .venv"
+  .venv/bin/python -m pip install -q "ziglang==0.15.2" "cargo-zigbuild==0.24.1"
+fi
+# The extension is abi3 (_native.abi3.so); an older per-version build would shadow it.
+rm -f python/accel/_native.cpython-*.so
 echo "== building the accel extension into .venv (maturin, profile pyext)"
 VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop -q

@@ -20,6 +20,7 @@ command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)  # test_wheel.py: Debian 11, Python 3.9
 if ((${#missing[@]})); then
   echo "== installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -14,12 +14,13 @@ from typing import Any, Iterable
 from . import _native
 from ._native import AccelError, DiscoveryError
 
+from ._errors import Infeasible, InvalidArgument, InvalidRequest
 from ._plan import PlacementError, Planner, cluster, load_request, plan, sample, samples
 from . import transport
 from ._native import AuthError, BufferFreed, OwnerGone, PoolExhausted, StaleReference, TransportError
 
 __all__ = ["AccelError", "DiscoveryError", "discover", "__version__"]
-__all__ += ["PlacementError", "Planner", "cluster", "load_request", "plan", "sample", "samples"]
+__all__ += ["PlacementError", "InvalidRequest", "Infeasible", "InvalidArgument", "Planner", "cluster", "load_request", "plan", "sample", "samples"]
 __all__ += ["transport", "TransportError", "PoolExhausted", "OwnerGone", "StaleReference", "BufferFreed", "AuthError"]
 __version__ = _native.__version__
 

@@ -9,6 +9,7 @@ two never import each other (`transport` -> `_channel` -> `_buffers`).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import secrets
 import stat
@@ -16,12 +17,13 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _native, _nixl
+from ._errors import InvalidArgument
 from ._native import BufferFreed, OwnerGone, TransportError
 
 SECRET_VAR = "ACCEL_TRANSPORT_SECRET"
@@ -156,11 +158,44 @@ def info() -> dict[str, str]:
     return {"owner": st.owner, "host": st.host, "endpoint": st.endpoint}
 
 
-def _root(arr: np.ndarray[Any, Any]) -> Any:
-    base = arr
+def _bytes(sb: _native.SharedBuffer) -> memoryview:
+    """The bytes of `sb` as a memoryview, without a copy, read-only when `sb` is.
+
+    Built with ctypes from the address Rust hands out (the buffer protocol is not in Python
+    3.9's limited API, which the abi3 extension targets). The lifetime chain: a numpy array
+    made from it holds the memoryview, which holds the ctypes array, which holds `sb`, which
+    holds the mapping; so any view keeps the mapping alive. A read-only memoryview makes
+    read-only arrays that numpy refuses to make writable.
+    """
+    raw = (ctypes.c_char * len(sb)).from_address(sb.address)
+    raw._accel_buffer = sb  # type: ignore[attr-defined]  # the ctypes array keeps `sb` alive
+    view = memoryview(raw).cast("B")
+    return view.toreadonly() if sb.readonly else view
+
+
+def _array(sb: _native.SharedBuffer, dtype: np.dtype[Any], shape: tuple[int, ...]) -> npt.NDArray[Any]:
+    """A zero-copy numpy array of `shape` and `dtype` over `sb` (see _bytes for its lifetime)."""
+    count = int(np.prod(shape, dtype=np.int64)) if dtype.itemsize else 0
+    return np.frombuffer(_bytes(sb), dtype=dtype, count=count).reshape(shape)
+
+
+def _shared(arr: np.ndarray[Any, Any]) -> _native.SharedBuffer | None:
+    """The SharedBuffer under `arr`'s base chain (see _bytes), or None."""
+    base: Any = arr
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
-    return base
+    if isinstance(base, memoryview):
+        base = base.obj
+    sb = getattr(base, "_accel_buffer", None) if isinstance(base, ctypes.Array) else None
+    return sb if isinstance(sb, _native.SharedBuffer) else None
+
+
+def _into(arr: np.ndarray[Any, Any]) -> tuple[int, int]:
+    """(address, nbytes) of `arr` for the Rust side to write into; the caller holds `arr`
+    until that call returns."""
+    if not (arr.flags.writeable and arr.flags.c_contiguous):
+        raise ValueError("the destination must be a writable, C-contiguous array")
+    return int(arr.__array_interface__["data"][0]), int(arr.nbytes)
 
 
 def _forget_pending(key: int, buffer: int) -> None:
@@ -170,12 +205,6 @@ def _forget_pending(key: int, buffer: int) -> None:
             _native.transport_free(st.owner, st.endpoint, buffer)
         except TransportError:
             pass
-
-
-def _buf(sb: _native.SharedBuffer) -> bytes:
-    """`sb` as numpy's stubs want a buffer typed (they list concrete types only); the array made
-    from it still holds `sb` itself as its base."""
-    return cast(bytes, sb)
 
 
 def empty(shape: int | tuple[int, ...] | list[int], dtype: npt.DTypeLike = np.float32) -> npt.NDArray[Any]:
@@ -192,8 +221,7 @@ def empty(shape: int | tuple[int, ...] | list[int], dtype: npt.DTypeLike = np.fl
     buffer, segment, sb = _native.transport_alloc(nbytes)
     st.pending[id(sb)] = (buffer, segment)
     weakref.finalize(sb, _forget_pending, id(sb), buffer)
-    count = nbytes // dt.itemsize if dt.itemsize else 0
-    return np.frombuffer(_buf(sb), dtype=dt, count=count).reshape(dims)
+    return _array(sb, dt, dims)
 
 
 def _dlpack_host(obj: Any) -> None:
@@ -222,7 +250,14 @@ def _as_array(obj: Any) -> tuple[np.ndarray[Any, Any], str]:
         # Any DLPack producer (cupy, jax, a torch subclass...): zero-copy into numpy.
         _dlpack_host(obj)
         return np.from_dlpack(obj), "dlpack"
-    return np.asarray(memoryview(obj)), "bytes"
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise InvalidArgument(
+            f"put() takes a numpy array, a buffer (bytes, bytearray, memoryview) or a CPU tensor, "
+            f"not {type(obj).__name__}"
+        ) from None
+    return np.asarray(view), "bytes"
 
 
 def put(obj: Any, *, path: str | None = None, readers: int = 0) -> Ref:
@@ -235,27 +270,28 @@ def put(obj: Any, *, path: str | None = None, readers: int = 0) -> Ref:
     the N-th frees the buffer, so no free() is needed; a further get() raises BufferFreed.
     """
     if path is not None and path not in PATHS and path != "auto":
-        raise ValueError(f"unknown path {path!r}; expected one of {PATHS} or 'auto'")
+        raise InvalidArgument(f"unknown path {path!r}; expected one of {PATHS} or 'auto'")
     if not isinstance(readers, int) or isinstance(readers, bool) or not 0 <= readers < 1 << 32:
-        raise ValueError(f"readers must be an int from 0 to 2**32-1, got {readers!r}")
+        raise InvalidArgument(f"readers must be an int from 0 to 2**32-1, got {readers!r}")
     st = _start()
     arr, kind = _as_array(obj)
     if arr.dtype.hasobject:
         raise TypeError("object arrays cannot travel through shared memory")
-    root = _root(arr)
-    entry = st.pending.get(id(root)) if isinstance(root, _native.SharedBuffer) else None
+    root = _shared(arr)
+    entry = st.pending.get(id(root)) if root is not None else None
     if (
-        entry is not None
+        root is not None
+        and entry is not None
         and arr.flags.c_contiguous
         and arr.nbytes == len(root)
-        and arr.__array_interface__["data"][0] == np.frombuffer(_buf(root), np.uint8).__array_interface__["data"][0]
+        and arr.__array_interface__["data"][0] == root.address
     ):
         st.pending.pop(id(root))
         buffer, segment = entry
         view = arr
     else:
         buffer, segment, sb = _native.transport_alloc(arr.nbytes)
-        view = np.frombuffer(_buf(sb), dtype=arr.dtype, count=arr.size).reshape(arr.shape)
+        view = _array(sb, arr.dtype, arr.shape)
         np.copyto(view, arr, casting="no")
     ticket = b""
     if arr.nbytes and (path == "nixl" or os.environ.get("ACCEL_TRANSPORT_NIXL") == "1"):
@@ -340,9 +376,7 @@ def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype[Any], writable: boo
         sb = _native.transport_local(ref.buffer, False)
     else:
         sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable)
-    count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
-    arr: npt.NDArray[Any] = np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(ref.shape)
-    return arr
+    return _array(sb, dtype, tuple(ref.shape))
 
 
 def get(
@@ -388,13 +422,12 @@ def get(
             sb, _serve, _upstream, _fell_back = _native.transport_fetch_relayed(
                 ref.owner, ref.endpoint, ref.buffer, ref.nbytes
             )
-            count = ref.nbytes // dtype.itemsize if dtype.itemsize else 0
-            arr = np.frombuffer(_buf(sb), dtype=dtype, count=count).reshape(ref.shape)
+            arr = _array(sb, dtype, tuple(ref.shape))
             if copy or writable:
                 arr = arr.copy()
         elif chosen == "tcp":
             arr = np.empty(ref.shape, dtype=dtype) if out is None else out
-            _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, arr.reshape(-1).view(np.uint8))
+            _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, *_into(arr))
         elif chosen == "nixl":
             arr = np.empty(ref.shape, dtype=dtype) if out is None else out
             _get_nixl(ref, st, arr)

@@ -5,8 +5,10 @@
     >>> accel.plan(cluster, {"bundles": [{"count": 4, "connectivity": "scale-up"}]})
 
 A request is a dict, JSON or YAML text, or a path to a .json/.yaml file (docs/placement.md).
-When it cannot be met, `PlacementError` says which constraint failed and what the nearest
-feasible alternative is (`err.constraint`, `err.nearest`).
+A malformed request, or one that names something nothing knows (a misspelt vendor, family,
+domain or field), raises `accel.InvalidRequest` (`err.field`, `err.suggestion`). A valid
+request the cluster cannot meet raises `accel.Infeasible`: which constraint failed and the
+nearest feasible alternative (`err.constraint`, `err.nearest`). Both are `PlacementError`s.
 """
 
 from __future__ import annotations
@@ -14,29 +16,19 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from typing import Any, Callable, Mapping, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from . import _native
+from ._errors import Infeasible, InvalidRequest, from_native
 from ._native import PlacementError
 
-__all__ = ["Planner", "PlacementError", "plan", "cluster", "sample", "samples", "load_request"]
+__all__ = ["Planner", "PlacementError", "InvalidRequest", "Infeasible", "plan", "cluster", "sample", "samples", "load_request"]
 
 
-def _convert(e: PlacementError) -> PlacementError:
-    """The native error carries (message, explanation JSON); give it attributes instead."""
-    if len(e.args) != 2:
-        return e
-    message, explanation = e.args
-    err = PlacementError(message)
-    info = json.loads(explanation) if explanation else {}
-    err.explanation = info
-    err.constraint = info.get("constraint")
-    err.nearest = info.get("nearest")
-    err.bundle = info.get("bundle")
-    return err
+if TYPE_CHECKING:  # typing.ParamSpec is Python 3.10+; only annotations use _P
+    from typing import ParamSpec
 
-
-_P = ParamSpec("_P")
+    _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
@@ -44,7 +36,7 @@ def _call(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     try:
         return fn(*args, **kwargs)
     except PlacementError as e:
-        raise _convert(e) from None
+        raise from_native(e) from None
 
 
 def _object(text: str) -> dict[str, Any]:
@@ -64,25 +56,44 @@ def _is_file(text: str) -> bool:
         return False
 
 
-def _load(obj: Any) -> Any:
+def _looks_like_path(text: str) -> bool:
+    """One line that names a file rather than holding a document: a `.json`/`.yaml` name or
+    a path with a separator."""
+    one = text.strip()
+    if not one or "\n" in one or one.startswith(("{", "[")) or ": " in one:
+        return False
+    return one.endswith((".json", ".yaml", ".yml")) or os.sep in one
+
+
+def _load(obj: Any, what: str = "request") -> Any:
     """A dict as is; JSON or YAML text; or a path to a file holding either."""
     if isinstance(obj, Mapping):
         return dict(obj)
+    if isinstance(obj, str) and not _is_file(obj) and _looks_like_path(obj):
+        raise InvalidRequest(f"no {what} file {obj!r}", field=what, value=obj)
     if isinstance(obj, os.PathLike) or (isinstance(obj, str) and _is_file(obj)):
-        obj = pathlib.Path(obj).read_text()
+        try:
+            obj = pathlib.Path(obj).read_text()
+        except OSError as e:
+            raise InvalidRequest(f"cannot read {what} file {os.fspath(obj)!r}: {e.strerror}", field=what) from None
     if isinstance(obj, str):
         try:
             return json.loads(obj)
         except json.JSONDecodeError:
             import yaml  # type: ignore[import-untyped, unused-ignore]  # Ray depends on PyYAML
 
-            return yaml.safe_load(obj)
-    raise TypeError(f"expected a dict, JSON/YAML text or a file path, got {type(obj).__name__}")
+            try:
+                return yaml.safe_load(obj)
+            except yaml.YAMLError as e:
+                raise InvalidRequest(f"{what} is neither JSON nor YAML: {e}", field=what) from None
+    raise InvalidRequest(f"expected a dict, JSON/YAML text or a file path, got {type(obj).__name__}", field=what)
 
 
 def load_request(request: Any) -> dict[str, Any]:
     """Normalises a request (dict, JSON/YAML text or file path) to a dict."""
-    loaded: dict[str, Any] = _load(request)
+    loaded = _load(request)
+    if not isinstance(loaded, dict):
+        raise InvalidRequest(f"a request is a mapping with `bundles`, got {type(loaded).__name__}", field="request")
     return loaded
 
 
@@ -90,7 +101,9 @@ class Planner:
     """Allocation state over one cluster: plan, allocate, release. Deterministic."""
 
     def __init__(self, cluster: Any):
-        self.cluster = _load(cluster)
+        self.cluster = _load(cluster, "cluster")
+        if not isinstance(self.cluster, dict) or not isinstance(self.cluster.get("nodes"), list):
+            raise InvalidRequest("a cluster is a mapping with a `nodes` list (`accel cluster` writes one)", field="cluster")
         self._native = _call(_native.Planner, json.dumps(self.cluster))
 
     def plan(self, request: Any) -> dict[str, Any]:
@@ -126,7 +139,7 @@ class Planner:
                 m = n["machine"]
                 found: dict[str, Any] = self.cluster["machines"][m] if isinstance(m, str) else m
                 return found
-        raise PlacementError(f"unknown node {node!r}")
+        raise InvalidRequest(f"unknown node {node!r}", field="node", value=node)
 
 
 def plan(cluster: Any, request: Any) -> dict[str, Any]:
@@ -141,10 +154,7 @@ def samples() -> list[str]:
 
 def sample(name: str) -> dict[str, Any]:
     """An embedded sample machine (the JSON model), as `accel topo --sample NAME` sees it."""
-    text = _native.sample_machine_json(name)
-    if text is None:
-        raise PlacementError(f"no sample named {name!r}; known: {', '.join(samples())}")
-    return _object(text)
+    return _object(_call(_native.sample_machine_json, name))
 
 
 def cluster(
@@ -159,6 +169,13 @@ def cluster(
     per `clique_trays` nodes; `rack_size` puts consecutive nodes into racks `r0`, `r1`...
     """
     if isinstance(spec, str):
-        parts = [p.strip() for p in spec.split(",") if p.strip()]
-        spec = {p.split(":")[0]: int(p.split(":")[1]) if ":" in p else 1 for p in parts}
-    return _object(_native.sample_cluster_json(list(spec.items()), rack_size, clique_trays))
+        text = spec
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        try:
+            spec = {p.split(":")[0]: int(p.split(":")[1]) if ":" in p else 1 for p in parts}
+        except ValueError:
+            raise InvalidRequest(f"expected `name:count,...`, got {text!r}", field="cluster", value=text) from None
+    for name, count in spec.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise InvalidRequest(f"the count of {name!r} must be a non-negative int, got {count!r}", field="cluster", value=name)
+    return _object(_call(_native.sample_cluster_json, list(spec.items()), rack_size, clique_trays))

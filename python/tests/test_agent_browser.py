@@ -2,7 +2,8 @@
 DevTools protocol, against `accel agent` serving a real Ray 2.60 cluster
 (`ray.cluster_utils.Cluster`) whose nodes are sample machines. A placement group made through
 `accel.ray.placement_group` must appear on its devices; the page must load without console
-errors; topology, links and metrics must be drawn. The screenshot goes to the test's temporary
+errors; topology, links and metrics must be drawn; a view that stops being refreshed must show
+as stale with the age the agent measured. The screenshot goes to the test's temporary
 directory, and to docs/img/dashboard.png (the one the docs show) with `UPDATE_EXPECT=1`."""
 
 from __future__ import annotations
@@ -98,9 +99,10 @@ def served(accel_bin, tmp_path_factory):
         apg = aray.placement_group({"bundles": [{"count": 2, "connectivity": "scale-up", "vendor": ["nvidia"]}]}, name="train-pg")
         actor = Trainer.options(**apg.options(0)).remote()
         assert ray.get(actor.ping.remote(), timeout=120) == "ok"
+        # Rounds "every 60 s": the document stays fresh (not stale) for the tests below.
         for i, name in enumerate(NODES):
-            _agent.run_sidecar(name, urls[name], cluster_file=str(cluster_file) if i == 0 else None, once=True)
-        _agent.run_sidecar(next(iter(NODES)), urls[next(iter(NODES))], cluster_file=str(cluster_file), once=True)
+            _agent.run_sidecar(name, urls[name], cluster_file=str(cluster_file) if i == 0 else None, once=True, interval_s=60)
+        _agent.run_sidecar(next(iter(NODES)), urls[next(iter(NODES))], cluster_file=str(cluster_file), once=True, interval_s=60)
         yield {"url": urls[next(iter(NODES))], "apg": apg, "cluster_file": cluster_file, "tmp": tmp}
     finally:
         for p in agents:
@@ -168,7 +170,7 @@ class DevTools:
         return out
 
 
-async def _drive(url: str, profile: pathlib.Path, screenshot: pathlib.Path) -> dict[str, Any]:
+async def _drive(url: str, profile: pathlib.Path, screenshot: pathlib.Path, make_stale: Any = None) -> dict[str, Any]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium is needed (scripts/test.sh installs it)"
     proc = subprocess.Popen(
@@ -220,6 +222,19 @@ async def _drive(url: str, profile: pathlib.Path, screenshot: pathlib.Path) -> d
                 shot = await dt.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
                 screenshot.parent.mkdir(parents=True, exist_ok=True)
                 screenshot.write_bytes(base64.b64decode(shot["data"]))
+                facts["status_text"] = await dt.evaluate("document.getElementById('status').textContent")
+                if make_stale is not None:
+                    # The view stops being refreshed (Ray or its sidecar gone): the page says so
+                    # from the agent's age_s and stale, whatever the browser's clock says.
+                    make_stale()
+                    deadline = time.monotonic() + 15
+                    while "stale" not in (await dt.evaluate("document.getElementById('status').className")):
+                        assert time.monotonic() < deadline, "the page never showed the view as stale"
+                        await asyncio.sleep(0.3)
+                    facts["stale_text"] = await dt.evaluate("document.getElementById('status').textContent")
+                    facts["sick"] = await dt.evaluate(
+                        "[...document.querySelectorAll('.device.sick')].map(d => d.dataset.device + ' ' + d.querySelector('.health').textContent)"
+                    )
                 facts["errors"] = dt.errors()
                 return facts
     finally:
@@ -235,9 +250,28 @@ def test_dashboard_in_chromium_shows_topology_metrics_and_placement(served, tmp_
     update = os.environ.get("UPDATE_EXPECT") == "1"
     screenshot = REPO / "docs" / "img" / "dashboard.png" if update else tmp_path / "dashboard.png"
     with tempfile.TemporaryDirectory(prefix="accel-chromium-") as profile:
-        facts = asyncio.run(_drive(served["url"] + "/", pathlib.Path(profile), screenshot))
+        cluster_file = served["cluster_file"]
+        fresh = cluster_file.read_text()
+
+        def make_stale() -> None:
+            doc = json.loads(fresh)
+            doc["updated_at"] = time.time() - 300
+            # And a device whose health went bad: the page marks it with its reason.
+            mi = next(n for n in doc["nodes"] if n["name"] == "mi300x")
+            mi["machine"]["accelerators"][2]["health"] = {"state": "unhealthy", "reasons": ["XID 79"]}
+            _agent.write_json_atomic(str(cluster_file), doc)
+
+        try:
+            facts = asyncio.run(_drive(served["url"] + "/", pathlib.Path(profile), screenshot, make_stale))
+        finally:
+            cluster_file.write_text(fresh)
     assert facts["errors"] == [], facts["errors"]
     assert facts["status"] == "status", facts
+    assert facts["status_text"].startswith("updated, ") and "s old" in facts["status_text"], facts["status_text"]
+    stale_age = int(facts["stale_text"].split("stale, ")[1].split(" s old")[0])
+    assert 300 <= stale_age < 400, facts["stale_text"]
+    sick = accel.sample("mi300x")["accelerators"][2]["id"]
+    assert facts["sick"] == [f"{sick} unhealthy: XID 79"], facts["sick"]
     assert sorted(facts["nodes"]) == sorted(NODES)
     assert "2 nodes" in facts["summary"], facts["summary"]
     assert facts["devices"] == 4

@@ -192,3 +192,56 @@ def test_planning_releases_the_gil():
     assert planner.last_search_steps() > 0
     most = max(sum(1 for t in stamps if a < t < b) for a, b in spans)
     assert most >= 2, f"no Python code ran during any of 50 native plans ({len(stamps)} stamps in all)"
+
+
+def test_engine_groups_for_vllm_and_sglang_follow_the_plan():
+    cluster = accel.cluster({"dgx-h100": 2})
+    p = accel.Planner(cluster)
+    p.mark_used("dgx-h100-0", ["GPU1", "GPU6"])  # six free on the first node, eight on the second
+    placement = p.plan({"bundles": [{"count": 1}] * 12})
+    by_bundle = {b["bundle"]: b for b in placement["bundles"]}
+    groups = aray.engine_groups(placement, 2)
+    assert sorted(i for g in groups for i in g) == list(range(12))
+    for g in groups:
+        assert len({by_bundle[i]["node"] for i in g}) == 1, "a tensor-parallel group never crosses nodes"
+        indices = [by_bundle[i]["devices"][0]["index"] for i in g]
+        assert indices == sorted(indices)
+    assert aray.vllm_env(groups[0]) == {"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, groups[0]))}
+    assert aray.sglang_env([3, 1]) == {"SGLANG_RAY_BUNDLE_INDICES": "3,1"}
+    assert len({by_bundle[i]["node"] for i in range(12)}) == 2  # 12 devices need both nodes
+    with pytest.raises(accel.InvalidRequest, match="must not cross nodes"):
+        aray.engine_groups(placement, 5)
+    with pytest.raises(accel.InvalidRequest, match="one device per bundle"):
+        aray.engine_groups(p.plan({"bundles": [{"count": 2}]}), 2)
+
+
+def test_a_bundle_may_ask_for_several_nics_per_device():
+    # "2 RDMA NICs at PIX or PXB to each device": trn2 has them (EFA), a DGX H100 has one each.
+    request = {"bundles": [{"count": 1, "nic": "pxb", "nics": 2}]}
+    assert accel.plan(accel.cluster({"trn2": 1}), request)["bundles"][0]["node"] == "trn2-0"
+    with pytest.raises(accel.Infeasible) as err:
+        accel.plan(accel.cluster({"dgx-h100": 1}), request)
+    assert err.value.constraint == "nic" and "each with 2 RDMA NICs at PXB or closer" in str(err.value)
+    assert accel.plan(accel.cluster({"dgx-h100": 1}), {"bundles": [{"count": 1, "nic": "pxb", "nics": 1}]})
+
+
+def test_unhealthy_devices_are_left_out_of_plans_and_ray_resources():
+    m = accel.sample("dgx-h100")
+    m["accelerators"][2]["health"] = {"state": "unhealthy", "reasons": ["XID 79"]}
+    m["accelerators"][5]["health"] = {"state": "unknown", "reasons": ["nvidia:errors: NVML call failed"]}
+    cluster = {"nodes": [{"name": "n0", "machine": m}]}
+    got = accel.plan(cluster, {"bundles": [{"count": 6}]})
+    assert [d["label"] for d in got["bundles"][0]["devices"]] == ["GPU0", "GPU1", "GPU3", "GPU4", "GPU6", "GPU7"]
+    with pytest.raises(accel.Infeasible) as err:
+        accel.plan(cluster, {"bundles": [{"count": 7}]})
+    assert err.value.constraint == "health" and "GPU2 (unhealthy: XID 79)" in err.value.nearest
+    # Unknown health is placed only where the cluster allows it.
+    allowed = {**cluster, "health": {"unknown": "allow"}}
+    assert len(accel.plan(allowed, {"bundles": [{"count": 7}]})["bundles"][0]["devices"]) == 7
+    spec = aray.node_spec(m, "n0")
+    assert spec["labels"]["accel.io/unhealthy-devices"] == "GPU2.GPU5"
+    assert spec["num_gpus"] == 6 and aray.device_resource("nvidia", 2) not in spec["resources"]
+    # The node's operator may allow unknown health on that node alone: labels and plans follow.
+    allowing = aray.allow_unknown_health(m)
+    assert aray.node_spec(allowing, "n0")["labels"]["accel.io/unhealthy-devices"] == "GPU2"
+    assert len(accel.plan({"nodes": [{"name": "n0", "machine": allowing}]}, {"bundles": [{"count": 7}]})["bundles"][0]["devices"]) == 7

@@ -177,6 +177,29 @@ def test_nvl72_gang_stays_in_one_clique(cluster):
         apg.remove()
 
 
+def test_ray_topology_strategy_packs_one_gpu_domain_on_accels_labels_alone(cluster):
+    # Ray's own scheduler, not accel's planner: it groups nodes by `ray.io/gpu-domain`, which
+    # node_spec set from each tray's NVLink clique, and selects by `ray.io/accelerator-type`,
+    # which node_spec set too. Two 4-GPU GB200 bundles fit only in clique-b (two trays); the
+    # DGX nodes have more free GPUs but no scale-up domain that spans nodes, and the MI300X's
+    # xGMI hive is a domain of other GPUs.
+    domains = {n["Labels"].get("accel.io/node"): n["Labels"].get("ray.io/gpu-domain") for n in ray.nodes() if n["Alive"]}
+    assert domains["nvl-a0"] == "clique-a" and domains["nvl-b0"] == domains["nvl-b1"] == "clique-b", domains
+    assert domains["dgx-a"] is None and domains["mi300x"] is not None  # one xGMI hive per MI300X box
+    pg = ray_placement_group(
+        [{"GPU": 4}] * 2,
+        bundle_label_selector=[{"ray.io/accelerator-type": "GB200"}] * 2,
+        topology_strategy={"ray.io/gpu-domain": "STRICT_PACK"},
+    )
+    try:
+        assert pg.wait(timeout_seconds=60)
+        by_id = {v: k for k, v in cluster.items()}
+        placed = placement_group_table(pg)["bundles_to_node_id"]
+        assert sorted(by_id[n] for n in placed.values()) == ["nvl-b0", "nvl-b1"], placed
+    finally:
+        remove_placement_group(pg)
+
+
 def test_infeasible_request_fails_fast_without_a_pending_group(cluster):
     before = len(placement_group_table())
     started = time.monotonic()
@@ -226,3 +249,49 @@ def test_a_device_taken_between_plan_and_reserve_is_never_left_pending(cluster, 
         assert pending == []
     finally:
         remove_placement_group(held)
+
+
+def test_cpu_affinity_and_nic_variables_inside_real_actors(cluster):
+    # dgx-b's machine as the planner sees it, with its two NUMA nodes' CPUs mapped onto this
+    # host's CPUs 0 and 1 (the test host has two), so the pinning can be observed for real.
+    host_cpus = sorted(os.sched_getaffinity(0))
+    if len(host_cpus) < 2:
+        pytest.skip("needs two CPUs")
+    # An earlier test's group on dgx-b is removed asynchronously: wait for its devices.
+    names = [aray.device_resource("nvidia", i) for i in range(8)]
+    deadline = time.monotonic() + 60
+    while len(_free(cluster["dgx-b"], names)) < 8 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    view = aray.cluster_from_ray()
+    for node in view["nodes"]:
+        if node["name"] == "dgx-b":
+            for numa, cpu in zip(node["machine"]["numa_nodes"], host_cpus):
+                numa["cpus"] = str(cpu)
+    apg = aray.placement_group(
+        {"bundles": [{"count": 4, "same_numa": True}] * 2, "select": {"node": "dgx-b"}}, cluster=view
+    )
+    try:
+        for i in range(2):
+            actor = Affinity.options(**apg.options(i)).remote()
+            try:
+                seen = ray.get(actor.where.remote(), timeout=120)
+            finally:
+                ray.kill(actor)
+            numa = {d["numa_node"] for d in apg.devices(i)}
+            assert len(numa) == 1
+            assert seen["cpus"] == [host_cpus[numa.pop()]], (i, seen)
+            nics = [d["nic"] for d in apg.devices(i)]
+            assert seen["NCCL_IB_HCA"] == "=" + ",".join(nics) and all(nics), seen
+            assert seen["UCX_NET_DEVICES"] == ",".join(f"{n}:1" for n in nics), seen
+    finally:
+        apg.remove()
+
+
+@ray.remote(num_cpus=0)
+class Affinity:
+    """Reports the CPUs this worker process may run on and its NIC variables."""
+
+    def where(self):
+        return {"cpus": sorted(os.sched_getaffinity(0))} | {
+            k: os.environ.get(k) for k in ("NCCL_IB_HCA", "UCX_NET_DEVICES", "ACCEL_CPUS")
+        }

@@ -112,6 +112,13 @@ function deviceCard(node, acc, held) {
   if (ecc !== undefined) add("ECC ue", String(ecc));
   card.append(kv);
   for (const x of h) card.append(el("div", { class: "pg", style: "--pg:" + x.color }, x.label));
+  // Health as discovery judged it (fail closed): an unhealthy or unknown device is never placed.
+  const health = acc.health;
+  if (health && health.state !== "healthy") {
+    card.classList.add("sick");
+    card.append(el("div", { class: "health", "data-health": health.state, title: (health.reasons || []).join("; ") },
+      health.state + ((health.reasons || []).length ? ": " + health.reasons[0] : "")));
+  }
   return card;
 }
 
@@ -205,9 +212,12 @@ function render(doc) {
   document.getElementById("nodes").replaceChildren(...nodes.filter(n => n.machine).map(n => nodeSection(n, held, now)));
   const warnings = (doc.warnings || []).concat(...nodes.map(n => ((n.machine && n.machine.warnings) || []).map(w => n.name + ": " + w.source + ": " + w.message)));
   document.getElementById("warnings").replaceChildren(...warnings.map(w => el("li", {}, w)));
+  // The view's age is the agent's: it measures the document's own time by its clock (age_s,
+  // stale), so a browser with a wrong clock or a sidecar that stopped cannot pass as live.
   const st = document.getElementById("status");
-  st.className = "status";
-  st.textContent = "updated " + new Date().toLocaleTimeString() + (doc.source ? " · source " + doc.source : "");
+  const age = typeof doc.age_s === "number" ? Math.round(doc.age_s) + " s old" : "age unknown";
+  st.className = doc.stale === false ? "status" : "status stale";
+  st.textContent = (doc.stale === false ? "updated, " + age : "stale, " + age) + (doc.source ? " · source " + doc.source : "");
   document.body.dataset.ready = "1";
 }
 

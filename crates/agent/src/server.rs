@@ -87,7 +87,7 @@ impl State {
             sample,
             metrics: Bytes::from(metrics),
             readings_json,
-            taken_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
+            taken_at: now(),
             took_s: start.elapsed().as_secs_f64(),
         };
         *self.latest.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snap);
@@ -222,10 +222,8 @@ async fn env(AxState(state): AxState<Arc<State>>) -> Response {
 async fn health(AxState(state): AxState<Arc<State>>) -> Response {
     let snap = state.snapshot();
     let failed: Vec<&str> = snap.sample.readers.iter().filter(|r| !r.ok).map(|r| r.name.as_str()).collect();
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let age = now - snap.taken_at;
     // Stale when the sampler missed three rounds (it is stuck in a reader).
-    let stale = snap.taken_at == 0.0 || age > 3.0 * state.interval.as_secs_f64() + 1.0;
+    let (age, stale) = freshness((snap.taken_at != 0.0).then_some(snap.taken_at), state.interval.as_secs_f64(), now());
     let status = if stale {
         "stale"
     } else if failed.is_empty() {
@@ -240,7 +238,7 @@ async fn health(AxState(state): AxState<Arc<State>>) -> Response {
         "discovery_warnings": state.machine.warnings.len(),
         "readers": snap.sample.readers,
         "failed_readers": failed,
-        "sample_age_s": if snap.taken_at == 0.0 { None } else { Some(age) },
+        "sample_age_s": age,
         "sample_took_s": snap.took_s,
     });
     let code = if stale { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
@@ -273,8 +271,46 @@ async fn transport_metrics(AxState(state): AxState<Arc<State>>) -> Response {
 /// Largest cluster document served.
 const MAX_CLUSTER_FILE: u64 = 64 << 20;
 
-/// The cluster: the document the Ray sidecar writes (`--cluster-file`), or this node alone.
+/// Unix seconds by this server's clock.
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// How old a document made at `made_at` (Unix seconds; `None` when unknown) is at `now`, and
+/// whether it is stale: its maker, refreshing it every `interval_s`, missed three rounds. The
+/// one staleness rule of the agent (the health check's sample, the cluster view).
+pub fn freshness(made_at: Option<f64>, interval_s: f64, now: f64) -> (Option<f64>, bool) {
+    match made_at {
+        Some(at) if at.is_finite() && at > 0.0 => {
+            let age = (now - at).max(0.0);
+            (Some(age), age > 3.0 * interval_s + 1.0)
+        }
+        _ => (None, true),
+    }
+}
+
+/// Marks a cluster document with its age by this server's clock (`age_s`, from the document's
+/// own `updated_at`) and whether it is `stale` (its writer, which says it refreshes it every
+/// `interval_s`, or the agent's own interval when it does not say, missed three rounds: the
+/// sidecar or Ray is gone).
+pub fn mark_freshness(doc: &mut serde_json::Value, default_interval_s: f64, now: f64) {
+    let made_at = doc.get("updated_at").and_then(serde_json::Value::as_f64);
+    let interval = doc
+        .get("interval_s")
+        .and_then(serde_json::Value::as_f64)
+        .filter(|i| i.is_finite() && *i > 0.0)
+        .unwrap_or(default_interval_s);
+    let (age, stale) = freshness(made_at, interval, now);
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("age_s".into(), json!(age));
+        obj.insert("stale".into(), json!(stale));
+    }
+}
+
+/// The cluster: the document the Ray sidecar writes (`--cluster-file`), or this node alone;
+/// either way marked with its age and whether it is stale ([`mark_freshness`]).
 async fn cluster(AxState(state): AxState<Arc<State>>) -> Response {
+    let interval = state.interval.as_secs_f64();
     if let Some(path) = state.cluster_file.clone() {
         // The operator's file, so a link is fine; a FIFO or a device is not.
         let rules = Rules { max: MAX_CLUSTER_FILE, owner: None, follow_links: true };
@@ -282,7 +318,10 @@ async fn cluster(AxState(state): AxState<Arc<State>>) -> Response {
         // Not written yet: this node alone, marked as such.
         if let Ok(Ok(bytes)) = read {
             return match serde_json::from_slice::<serde_json::Value>(&bytes) {
-                Ok(doc) if doc.get("nodes").is_some_and(|n| n.is_array()) => json_response(json_body(&doc)),
+                Ok(mut doc) if doc.get("nodes").is_some_and(|n| n.is_array()) => {
+                    mark_freshness(&mut doc, interval, now());
+                    json_response(json_body(&doc))
+                }
                 _ => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     json_response(json_body(&json!({"error": "the cluster file is not a cluster document"}))),
@@ -293,9 +332,10 @@ async fn cluster(AxState(state): AxState<Arc<State>>) -> Response {
     }
     let snap = state.snapshot();
     let machine: serde_json::Value = serde_json::from_str(&state.machine_json).expect("own json");
-    let doc = json!({
+    let mut doc = json!({
         "source": "agent",
         "updated_at": snap.taken_at,
+        "interval_s": interval,
         "nodes": [{
             "name": state.node_name,
             "machine": machine,
@@ -305,5 +345,43 @@ async fn cluster(AxState(state): AxState<Arc<State>>) -> Response {
         "placement_groups": [],
         "actors": [],
     });
+    mark_freshness(&mut doc, interval, now());
     json_response(json_body(&doc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freshness_is_age_by_the_given_clock_and_three_missed_rounds() {
+        assert_eq!(freshness(Some(100.0), 5.0, 110.0), (Some(10.0), false));
+        assert_eq!(freshness(Some(100.0), 5.0, 116.5), (Some(16.5), true), "3 x 5 s + 1 s missed");
+        assert_eq!(freshness(None, 5.0, 110.0), (None, true), "no time: never shown as live");
+        assert_eq!(freshness(Some(0.0), 5.0, 110.0), (None, true));
+        assert_eq!(
+            freshness(Some(120.0), 5.0, 110.0),
+            (Some(0.0), false),
+            "a writer's clock ahead is not negative age"
+        );
+    }
+
+    #[test]
+    fn a_cluster_document_is_marked_from_its_own_time_and_interval() {
+        let mut doc = json!({"updated_at": 1000.0, "interval_s": 1.0, "nodes": []});
+        mark_freshness(&mut doc, 5.0, 1003.0);
+        assert_eq!((doc["age_s"].as_f64(), doc["stale"].as_bool()), (Some(3.0), Some(false)));
+        mark_freshness(&mut doc, 5.0, 1004.5);
+        assert_eq!(
+            (doc["age_s"].as_f64(), doc["stale"].as_bool()),
+            (Some(4.5), Some(true)),
+            "the document's own interval rules"
+        );
+        let mut doc = json!({"updated_at": 1000.0, "nodes": []});
+        mark_freshness(&mut doc, 5.0, 1010.0);
+        assert_eq!(doc["stale"], json!(false), "no interval in the document: the agent's own");
+        let mut doc = json!({"nodes": []});
+        mark_freshness(&mut doc, 5.0, 1010.0);
+        assert_eq!((doc["age_s"].clone(), doc["stale"].clone()), (json!(null), json!(true)));
+    }
 }

@@ -135,6 +135,11 @@ struct LabelsArgs {
     source: SourceArgs,
     #[arg(long, value_enum, default_value = "ray")]
     format: LabelFormat,
+    /// Keep devices whose health is unknown (a family with no health source here) as Ray
+    /// resources. By default they are left out like unhealthy ones (fail closed) and named in
+    /// `accel.io/unhealthy-devices`
+    #[arg(long)]
+    allow_unknown_health: bool,
 }
 
 #[derive(Debug, Args)]
@@ -204,7 +209,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Agent(args) => agent::run(args)?,
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
-            let machine = discover_machine(&args.source)?;
+            let mut machine = discover_machine(&args.source)?;
+            if args.allow_unknown_health {
+                machine.attributes.insert(accel_model::HEALTH_UNKNOWN_ATTR.into(), "allow".into());
+            }
             match args.format {
                 LabelFormat::Ray => writeln!(out, "{}", accel_discover::labels::ray_labels(&machine).to_args())?,
                 LabelFormat::K8s => {
@@ -278,6 +286,10 @@ pub(crate) fn exec_options() -> accel_discover::exec::ExecOptions {
 /// The host to discover: an embedded sample, a capture bundle file, a captured directory, or
 /// the live machine (the only one that gets the process environment, NVML and the network).
 pub(crate) fn make_host(args: &SourceArgs) -> Result<Host> {
+    if let Some(file) = &args.labels_file {
+        // A misspelt path must not pass for a node without labels.
+        std::fs::metadata(file).with_context(|| format!("reading labels file {}", file.display()))?;
+    }
     let source = match &args.sample {
         Some(name) => accel_discover::Source::Sample(name.clone()),
         None => accel_discover::Source::from_root(&args.root),

@@ -95,11 +95,14 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &PathBuf, what: &str) -> Resu
 /// A request file: YAML when it ends in `.yaml` or `.yml`, JSON otherwise.
 fn read_request(path: &PathBuf) -> Result<Request> {
     let yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-    if !yaml {
-        return read_json(path, "request");
-    }
     let text = std::fs::read_to_string(path).with_context(|| format!("reading request {}", path.display()))?;
-    serde_norway::from_str(&text).with_context(|| format!("parsing request {}", path.display()))
+    let parsed = if yaml {
+        serde_norway::from_str(&text).map_err(|e| e.to_string())
+    } else {
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    };
+    // A misspelt field names its nearest known one, as Python's InvalidRequest does.
+    parsed.map_err(|e| anyhow::anyhow!("parsing request {}: {}", path.display(), accel_plan::names::with_hint(e)))
 }
 
 /// `accel plan`: prints the placement, or fails with the planner's explanation.

@@ -77,6 +77,7 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     share_ray_managed_env(&mut machine, plugins);
     assign_indices(&mut machine);
     fill_isolation(&mut machine, plugins);
+    crate::health::evaluate(host, plugins, &mut machine);
     machine
 }
 

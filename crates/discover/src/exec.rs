@@ -509,6 +509,22 @@ impl Vendor for ExecPlugin {
         }
     }
 
+    fn health(&self, host: &Host, _machine: &Machine) -> Option<Result<crate::health::Findings, PluginError>> {
+        // The `health` verb where the plugin answers it; its metrics' error counters otherwise.
+        let root = ExecPlugin::root(host)?;
+        match self.run("health", Some(&root), &serde_json::json!({"protocol": PROTOCOL})) {
+            Err(PluginError::Unsupported { .. }) => {
+                self.metrics(host).map(|r| r.map(|m| crate::health::from_readings(&m.readings)))
+            }
+            Err(e) => Some(Err(e)),
+            Ok(value) => Some(crate::health::from_answer(&value).map_err(|why| PluginError::Garbage {
+                name: self.name.into(),
+                verb: "health".into(),
+                message: format!("malformed health answer: {why}"),
+            })),
+        }
+    }
+
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
         // The plugin's own answer for the ordered bundle; the model's values if it gives none.
         let input = serde_json::json!({"protocol": PROTOCOL, "devices": devices});

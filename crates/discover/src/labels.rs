@@ -3,10 +3,12 @@
 //! where they exist). Pure functions of the machine, shared by `accel labels`, the planner and
 //! `accel ray-start`.
 //!
-//! Naming: labels live under `accel.io/` (Ray reserves `ray.io/` for itself); the accelerator
-//! type uses Ray's own vocabulary (`H100`, `AMD-Instinct-MI300X-OAM`, `TPU-V6E`), so it can be
-//! compared with `ray.io/accelerator-type`. Every device is a custom resource
-//! `accel_dev_<vendor>_<index>` with quantity 1 (index as in the visibility variables).
+//! Naming: accel's own labels live under `accel.io/`. For Ray it also sets the two `ray.io/`
+//! labels that Ray's scheduler reads but never sets from topology itself:
+//! `ray.io/gpu-domain` (the scale-up domain that spans nodes, for `placement_group(...,
+//! topology_strategy={"ray.io/gpu-domain": "STRICT_PACK"})`) and `ray.io/accelerator-type` in
+//! Ray's own vocabulary (`H100`, `AMD-Instinct-MI300X-OAM`, `TPU-V6E`). Every device is a custom
+//! resource `accel_dev_<vendor>_<index>` with quantity 1 (index as in the visibility variables).
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,12 @@ pub struct RayNode {
 
 /// The Ray resource that `ray start` takes as a flag of its own, not in `--resources`.
 const RAY_GPU: &str = "GPU";
+/// Ray's topology label (`topology_strategy`): the node's scale-up domain.
+pub const RAY_GPU_DOMAIN: &str = "ray.io/gpu-domain";
+/// The devices left out for their health (`GPU3.GPU5`): unhealthy, or of unknown health.
+pub const UNHEALTHY_LABEL: &str = "accel.io/unhealthy-devices";
+/// Ray's accelerator-type label, as Ray's accelerator managers spell it.
+pub const RAY_ACCELERATOR_TYPE: &str = "ray.io/accelerator-type";
 
 impl RayNode {
     /// `[--num-gpus=N] --labels='k=v,...' --resources='{"name": 1.0}'`, ready to paste after
@@ -91,6 +99,7 @@ pub fn islands(machine: &Machine) -> Vec<(String, Vec<String>)> {
 }
 
 fn domain_labels(machine: &Machine, out: &mut BTreeMap<String, String>) {
+    let mut values: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     for d in &machine.domains {
         // `accel.io/<kind>` (`nvlink_clique` gives `accel.io/nvlink-clique`); a network node by
         // its layer.
@@ -102,6 +111,13 @@ fn domain_labels(machine: &Machine, out: &mut BTreeMap<String, String>) {
             if d.kind == DomainKind::NETWORK_NODE { d.name.split_once(':').map_or(&*d.name, |x| x.1) } else { &d.name };
         let value = label_value(name);
         if !value.is_empty() {
+            values.entry(key).or_default().insert(value);
+        }
+    }
+    // A key with several values on one node (two xGMI hives) gets no node label: one value
+    // would be wrong for half the devices.
+    for (key, set) in values {
+        if let (1, Some(value)) = (set.len(), set.into_iter().next()) {
             out.entry(key).or_insert(value);
         }
     }
@@ -136,11 +152,36 @@ fn common_labels(machine: &Machine) -> BTreeMap<String, String> {
     labels
 }
 
-/// Labels and resources for `ray start`.
+/// The node's scale-up domain that can span nodes (an NVLink clique, a TPU slice, an xGMI hive,
+/// whatever a plugin marks `scale_up`), as `ray.io/gpu-domain` takes it. `None` when the node has
+/// none, or several different ones (two xGMI hives in one box): one label value cannot name
+/// them, and a wrong one would let Ray pack across a boundary.
+pub fn gpu_domain(machine: &Machine) -> Option<String> {
+    let mut names: Vec<String> =
+        machine.domains.iter().filter(|d| d.scale_up).map(|d| label_value(&d.name)).filter(|v| !v.is_empty()).collect();
+    names.dedup();
+    match names.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
+}
+
+/// Labels and resources for `ray start`, failing closed: a device that is unhealthy, or whose
+/// health is unknown (unless the machine allows that, [`Machine::allows_unknown_health`]), gets
+/// no resource and is named in [`UNHEALTHY_LABEL`].
 pub fn ray_labels(machine: &Machine) -> RayNode {
+    let allow_unknown = machine.allows_unknown_health();
     let mut resources = BTreeMap::new();
     let mut num_gpus = 0.0;
-    for acc in &machine.accelerators {
+    let labels_of = machine.device_labels();
+    let mut sick = Vec::new();
+    for (acc, label) in machine.accelerators.iter().zip(&labels_of) {
+        // Fail closed: a device that is unhealthy, or of unknown health, gets no per-device
+        // resource, so no accel placement can reserve it; the label names it.
+        if !accel_model::Health::placeable(acc.health.as_ref(), allow_unknown) {
+            sick.push(label.clone());
+            continue;
+        }
         resources.insert(format!("accel_dev_{}_{}", label_value(&acc.vendor).replace(['.', '-'], "_"), acc.index), 1.0);
         let units = acc.vocabulary.ray_units.unwrap_or(1.0);
         match acc.vocabulary.ray_resource.as_deref() {
@@ -149,7 +190,38 @@ pub fn ray_labels(machine: &Machine) -> RayNode {
             None => {}
         }
     }
-    RayNode { labels: common_labels(machine), resources, num_gpus }
+    let mut labels = common_labels(machine);
+    if !sick.is_empty() {
+        labels.insert(UNHEALTHY_LABEL.into(), label_value(&sick.join(".")));
+    }
+    if let Some(t) = machine.accelerators.iter().find_map(ray_accelerator_type) {
+        labels.insert(RAY_ACCELERATOR_TYPE.into(), label_value(&t));
+    }
+    if let Some(domain) = gpu_domain(machine) {
+        labels.insert(RAY_GPU_DOMAIN.into(), domain);
+    }
+    RayNode { labels, resources, num_gpus }
+}
+
+/// [`ray_labels`] for a node of a cluster file, with its planner labels (`rack=r1` becomes
+/// `accel.io/rack=r1`). A planner label named after one of the machine's domain kinds
+/// (`nvlink_clique=c1`) names that domain on this node, as the planner reads it, so
+/// `accel.io/nvlink-clique` and `ray.io/gpu-domain` follow it.
+pub fn ray_labels_for_node(machine: &Machine, planner: &BTreeMap<String, String>) -> RayNode {
+    let mut machine = machine.clone();
+    for d in &mut machine.domains {
+        if let Some(value) = planner.get(d.kind.as_str()) {
+            d.name = value.clone();
+        }
+    }
+    let mut node = ray_labels(&machine);
+    for (key, value) in planner {
+        let (key, value) = (label_value(key).replace('_', "-").to_ascii_lowercase(), label_value(value));
+        if !key.is_empty() && !value.is_empty() {
+            node.labels.insert(format!("accel.io/{key}"), value);
+        }
+    }
+    node
 }
 
 /// Kubernetes node labels: NFD's PCI labels, each family's own scheme as its plugin gave it at
@@ -185,6 +257,42 @@ mod tests {
         assert_eq!(label_value("NVIDIA H100 80GB"), "NVIDIA-H100-80GB");
         assert_eq!(label_value("--x--"), "x");
         assert_eq!(label_value(&"a".repeat(80)).len(), 63);
+    }
+
+    #[test]
+    fn ray_gets_one_gpu_domain_or_none() {
+        let one = crate::samples::machine("mi300x").unwrap();
+        let two = crate::samples::machine("mi210-2hive").unwrap();
+        let tray = crate::samples::machine("gb200-nvl72-tray").unwrap();
+        assert_eq!(ray_labels(&one).labels.get(RAY_GPU_DOMAIN).map(String::as_str), Some("8a3f5e2d1c0b0a09"));
+        assert_eq!(ray_labels(&two).labels.get(RAY_GPU_DOMAIN), None, "two hives: no one value is right");
+        assert!(!ray_labels(&two).labels.contains_key("accel.io/xgmi-hive"));
+        assert_eq!(ray_labels(&tray).labels[RAY_ACCELERATOR_TYPE], "GB200");
+        // A cluster file's planner label names the domain, and the Ray label follows it.
+        let planner = BTreeMap::from([("nvlink_clique".to_owned(), "rack-7".to_owned())]);
+        let node = ray_labels_for_node(&tray, &planner);
+        assert_eq!(node.labels[RAY_GPU_DOMAIN], "rack-7");
+        assert_eq!(node.labels["accel.io/nvlink-clique"], "rack-7");
+    }
+
+    #[test]
+    fn unhealthy_devices_lose_their_resource_and_are_named() {
+        let mut m = crate::samples::machine("gb200-nvl72-tray").unwrap();
+        m.accelerators[2].health = Some(accel_model::Health {
+            state: accel_model::HealthState::Unhealthy,
+            reasons: vec!["XID 79".into()],
+            ..Default::default()
+        });
+        m.accelerators[3].health = Some(accel_model::Health::default()); // unknown
+        let node = ray_labels(&m);
+        assert_eq!(node.labels[UNHEALTHY_LABEL], "GPU2.GPU3");
+        assert_eq!(node.num_gpus, 2.0);
+        assert!(
+            node.resources.contains_key("accel_dev_nvidia_1") && !node.resources.contains_key("accel_dev_nvidia_2")
+        );
+        m.attributes.insert(accel_model::HEALTH_UNKNOWN_ATTR.into(), "allow".into());
+        let allowing = ray_labels(&m);
+        assert_eq!((allowing.labels[UNHEALTHY_LABEL].as_str(), allowing.num_gpus), ("GPU2", 3.0));
     }
 
     proptest! {

@@ -17,6 +17,7 @@ pub mod families {
 pub mod fingerprint;
 pub mod fs;
 mod generic;
+pub mod health;
 mod host;
 mod hwmon;
 pub mod labels;

@@ -69,6 +69,13 @@ pub trait Vendor: Send + Sync {
         None
     }
 
+    /// This family's health findings for its devices on `host` ([`crate::health`]): `None` when
+    /// it has no source here. By default, its `metrics` readings judged by the error-counter
+    /// rules; an external plugin answers its `health` verb.
+    fn health(&self, host: &Host, _machine: &Machine) -> Option<Result<crate::health::Findings, PluginError>> {
+        self.metrics(host).map(|r| r.map(|m| crate::health::from_readings(&m.readings)))
+    }
+
     /// The plugin protocol's answer to `verb` (docs/plugin-protocol.md). Built-in plugins answer
     /// in process from `discover` and `isolate`, so one conformance harness grades built-in and
     /// external plugins alike; an external plugin runs its executable.
@@ -217,6 +224,7 @@ pub fn pci_accelerator(host: &Host, node: &PciNode, vendor: &str, plugin: &str) 
             ray_accelerator_type: sku.and_then(|s| s.ray_accelerator_type.clone()),
             ..Default::default()
         },
+        health: None,
     }
 }
 

@@ -12,18 +12,21 @@
 //! 1.35: a slice holds devices or counters, never both). Limits kept: at most 128 devices per
 //! slice (64 when they consume counters), 8 counter sets per slice, 32 attributes and
 //! capacities per device, strings of at most 64 characters.
+//!
+//! A device that is unhealthy, or whose health is unknown, carries a device taint
+//! (`accel.io/unhealthy`, `accel.io/health-unknown`) with its first reason.
 
 use std::collections::BTreeMap;
 
-use accel_discover::labels::{islands, ray_accelerator_type};
-use accel_model::{Accelerator, Machine, PciNodeKind};
+use accel_discover::labels::{islands, label_value, ray_accelerator_type};
+use accel_model::{Accelerator, HealthState, Machine, PciNodeKind};
 use serde::Serialize;
 
 use crate::{dns_label, ExportError};
 
 /// Most devices in one slice.
 pub const MAX_DEVICES: usize = 128;
-/// Most devices in one slice when any of them consumes counters.
+/// Most devices in one slice when any of them consumes counters or carries taints.
 pub const MAX_COUNTER_DEVICES: usize = 64;
 /// Most attributes and capacities of one device, together.
 pub const MAX_ATTRIBUTES: usize = 32;
@@ -80,6 +83,36 @@ pub struct Device {
     pub capacity: BTreeMap<String, Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub consumes_counters: Vec<CounterConsumption>,
+    /// Device taints (KEP-5055): an unhealthy device, or one whose health is unknown, carries
+    /// one, so the scheduler leaves it out unless a claim tolerates it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+/// A device taint: `accel.io/unhealthy` or `accel.io/health-unknown`, its first reason as the
+/// value (a label value), effect `NoSchedule` (running pods stay; new claims avoid it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Taint {
+    pub key: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    pub effect: &'static str,
+}
+
+/// The taint key for an unhealthy device.
+pub const TAINT_UNHEALTHY: &str = "accel.io/unhealthy";
+/// The taint key for a device whose health is unknown.
+pub const TAINT_UNKNOWN: &str = "accel.io/health-unknown";
+
+fn taints(acc: &Accelerator) -> Vec<Taint> {
+    let Some(h) = &acc.health else { return Vec::new() };
+    let key = match h.state {
+        HealthState::Healthy => return Vec::new(),
+        HealthState::Unhealthy => TAINT_UNHEALTHY,
+        HealthState::Unknown => TAINT_UNKNOWN,
+    };
+    let value = h.reasons.first().map(|r| label_value(r)).unwrap_or_default();
+    vec![Taint { key: key.into(), value, effect: "NoSchedule" }]
 }
 
 /// A device attribute: exactly one of these, written as a one-entry map (`{int: 3}`).
@@ -215,7 +248,7 @@ fn device(machine: &Machine, acc: &Accelerator, island: Option<&(usize, String, 
         capacity.insert("memory".into(), Value { value: quantity(m) });
     }
     debug_assert!(attrs.len() + capacity.len() <= MAX_ATTRIBUTES);
-    Device { name: dns_label(&acc.id), attributes: attrs, capacity, consumes_counters: consumes }
+    Device { name: dns_label(&acc.id), attributes: attrs, capacity, consumes_counters: consumes, taints: taints(acc) }
 }
 
 /// The counter sets of the partitioned physical devices: memory and partition count, the sums
@@ -281,8 +314,9 @@ pub fn resource_slices(machine: &Machine, node: &str, driver: &str) -> Result<Sl
             devices.push(dev);
         }
     }
+    // A slice with any device that consumes counters or carries taints holds at most 64.
     let (plain, partitioned): (Vec<Device>, Vec<Device>) =
-        devices.into_iter().partition(|d| d.consumes_counters.is_empty());
+        devices.into_iter().partition(|d| d.consumes_counters.is_empty() && d.taints.is_empty());
     let sets = counter_sets(machine);
     let mut specs: Vec<(Vec<Device>, Vec<CounterSet>)> = Vec::new();
     for chunk in sets.chunks(MAX_COUNTER_SETS) {

@@ -3,7 +3,8 @@
 //! - `gres.conf`: one `NodeName Name Type File Cores Links` line per accelerator, `Name` being
 //!   the gres name its plugin gives (`gpu`, or the device kind: `tpu`, an external plugin's `npu`);
 //! - `nodes.conf`: the `NodeName` lines (`CPUs`, `Sockets`, `RealMemory`, `Gres`) that make the
-//!   gres count, for `slurm.conf` to `Include`;
+//!   gres count, for `slurm.conf` to `Include`, and a `DownNodes=... State=DRAIN Reason=...`
+//!   line for a node with an unhealthy device (or one of unknown health; fail closed);
 //! - `topology.conf`: a tree, one switch per rack under a root switch;
 //! - `topology.yaml` (Slurm 25.05+): the same tree as the default topology, plus `block` for
 //!   NVLink cliques (NVL72) and `torus3d` for TPU slices (26.05+).
@@ -15,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use accel_discover::labels::{label_value, ray_accelerator_type};
-use accel_model::{Accelerator, Machine};
+use accel_model::{Accelerator, Health, Machine};
 use accel_plan::{machine_domains, Cluster};
 use serde::Serialize;
 
@@ -67,6 +68,7 @@ pub fn export(cluster: &Cluster, dev_dir: &str) -> Result<SlurmFiles, ExportErro
     }
     for node in &nodes {
         node_lines(node, dev_dir, &mut files);
+        files.nodes_conf += &drain_line(node, cluster.health.allow_unknown());
     }
     let tree = tree(&nodes);
     files.topology_conf = topology_conf(&tree);
@@ -179,6 +181,33 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
     }
     files.nodes_conf += &line;
     files.nodes_conf.push('\n');
+}
+
+/// `DownNodes=<node> State=DRAIN Reason="..."` when a device of the node is unhealthy (or its
+/// health unknown, unless the cluster allows that): Slurm cannot drain one gres, so the node
+/// drains with each such device and its first reason (`sinfo -R` shows it). Empty otherwise.
+fn drain_line(node: &NodeInfo, allow_unknown: bool) -> String {
+    let labels = node.machine.device_labels();
+    let sick: Vec<String> = node
+        .machine
+        .accelerators
+        .iter()
+        .zip(&labels)
+        .filter(|(acc, _)| {
+            !Health::placeable(acc.health.as_ref(), allow_unknown || node.machine.allows_unknown_health())
+        })
+        .map(|(acc, label)| format!("{label} {}", acc.health.as_ref().map(Health::summary).unwrap_or_default()))
+        .collect();
+    if sick.is_empty() {
+        return String::new();
+    }
+    // slurm.conf quotes the reason: no quotes, `#` or line breaks inside.
+    let reason: String = format!("accel: {}", sick.join("; "))
+        .chars()
+        .map(|c| if c == '"' || c == '#' || c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect();
+    format!("DownNodes={} State=DRAIN Reason=\"{reason}\"\n", node.name)
 }
 
 /// A device's file (`/dev/nvidia0`, from its vocabulary) under `dev_dir` instead of `/dev`;

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod support;
+
 use accel_discover::{default_plugins, discover, fs::MemTree, samples, Host};
 use accel_export::dra::{self, resource_slices, to_yaml};
 use accel_model::{Machine, SkuRegistry};
@@ -234,4 +236,28 @@ fn a_bad_plugin_costs_its_own_devices_not_the_export() {
     assert_eq!(published, good);
     assert_eq!(export.skipped.len(), 2, "{:?}", export.skipped);
     assert!(export.skipped.iter().all(|l| l.starts_with("rogue device")), "{:?}", export.skipped);
+}
+
+#[test]
+fn unhealthy_devices_are_tainted_and_healthy_ones_are_not() {
+    let m = support::faulty_gb200();
+    let states: Vec<&str> = m.accelerators.iter().map(|a| a.health.as_ref().unwrap().state.as_str()).collect();
+    assert_eq!(states, ["healthy", "unhealthy", "unhealthy", "unknown"], "{:?}", m.accelerators);
+    let typed = check(&m, "tray-0");
+    let taints: Vec<(String, String)> = typed
+        .iter()
+        .flat_map(|s| s.spec.devices.iter().flatten())
+        .flat_map(|d| d.taints.iter().flatten().map(|t| (t.key.clone(), t.value.clone().unwrap_or_default())))
+        .collect();
+    assert_eq!(
+        taints,
+        [
+            ("accel.io/unhealthy".into(), "3-uncorrectable-ECC-errors".into()),
+            ("accel.io/unhealthy".into(), "PCIe-link-x8-of-x16".into()),
+            ("accel.io/health-unknown".into(), "nvidia-errors--its-source-said-nothing-of-this-device".into()),
+        ]
+    );
+    // The real, unaltered capture has no taint.
+    let clean = samples::machine("gb200-nvl72-tray").unwrap();
+    assert!(check(&clean, "tray-0").iter().flat_map(|s| s.spec.devices.iter().flatten()).all(|d| d.taints.is_none()));
 }

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+mod support;
+
 use accel_discover::samples;
 use accel_export::{nfd, slurm};
 use accel_model::Machine;
@@ -327,4 +329,32 @@ fn nfd_refuses_files_over_64_kib() {
     }
     let err = nfd::features_file(&machine, 0).unwrap_err();
     assert!(matches!(err, accel_export::ExportError::Limit(_)), "{err}");
+}
+
+#[test]
+fn a_node_with_an_unhealthy_device_drains_with_its_reasons() {
+    let mut c = Cluster::default();
+    c.machines.insert("sick".into(), support::faulty_gb200());
+    c.machines.insert("well".into(), samples::machine("gb200-nvl72-tray").unwrap());
+    for (node, machine) in [("tray-0", "sick"), ("tray-1", "well")] {
+        c.nodes.push(ClusterNode {
+            name: node.into(),
+            labels: BTreeMap::new(),
+            machine: MachineRef::Name(machine.into()),
+            allocated: Vec::new(),
+        });
+    }
+    let files = slurm::export(&c, "/dev").unwrap();
+    let drains: Vec<&str> = files.nodes_conf.lines().filter(|l| l.starts_with("DownNodes=")).collect();
+    assert_eq!(
+        drains,
+        [concat!(
+            r#"DownNodes=tray-0 State=DRAIN Reason="accel: GPU1 unhealthy: 3 uncorrectable ECC errors; "#,
+            r#"GPU2 unhealthy: PCIe link x8 of x16; GPU3 unknown: nvidia:errors: its source said nothing of this device""#
+        )]
+    );
+    // Allowing unknown health keeps GPU3 out of the reason, not the unhealthy ones.
+    c.health.unknown = accel_plan::UnknownHealth::Allow;
+    let files = slurm::export(&c, "/dev").unwrap();
+    assert!(files.nodes_conf.contains("GPU2 unhealthy") && !files.nodes_conf.contains("GPU3"), "{}", files.nodes_conf);
 }

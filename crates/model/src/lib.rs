@@ -12,8 +12,8 @@ mod sku;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use machine::{
-    Accelerator, Domain, DomainKind, HostInfo, Link, LinkKind, LinkKindInfo, Machine, Name, Nic, NumaNode, Partition,
-    PciNode, PciNodeKind, Vocabulary, Warning, SCHEMA_VERSION,
+    Accelerator, Domain, DomainKind, Health, HealthState, HostInfo, Link, LinkKind, LinkKindInfo, Machine, Name, Nic,
+    NumaNode, Partition, PciNode, PciNodeKind, Vocabulary, Warning, HEALTH_UNKNOWN_ATTR, SCHEMA_VERSION,
 };
 pub use path::{Endpoint, PathClass, PathClassifier};
 pub use pci::{PciAddr, PciAddrError, PciClass, PciId, PciLink};

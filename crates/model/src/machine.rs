@@ -40,7 +40,17 @@ pub struct Machine {
     pub k8s_labels: BTreeMap<String, String>,
 }
 
+/// The machine attribute by which a node's operator lets devices of unknown health be placed
+/// (`python -m accel.ray start --allow-unknown-health`, `accel labels --allow-unknown-health`).
+pub const HEALTH_UNKNOWN_ATTR: &str = "health.unknown";
+
 impl Machine {
+    /// True when this machine's operator allows placing devices whose health is unknown
+    /// (the attribute [`HEALTH_UNKNOWN_ATTR`] is `allow`). Fail closed otherwise.
+    pub fn allows_unknown_health(&self) -> bool {
+        self.attributes.get(HEALTH_UNKNOWN_ATTR).is_some_and(|v| v == "allow")
+    }
+
     pub fn new(host: HostInfo) -> Machine {
         Machine {
             schema_version: SCHEMA_VERSION,
@@ -239,6 +249,70 @@ pub struct Accelerator {
     /// How runtimes and schedulers name this device, given by the plugin that reported it.
     #[serde(default)]
     pub vocabulary: Vocabulary,
+    /// The device's health at discovery. Absent in a description written without a verdict (by
+    /// hand, or by an accel before health verdicts); discovery always sets it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub health: Option<Health>,
+}
+
+/// A device's health verdict, with its reasons and what was checked. Fails closed: a device is
+/// `healthy` only when every check its sources could run passed and none was unreadable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub state: HealthState,
+    /// Why it is unhealthy or unknown (`uncorrectable ECC errors: 3`, `XID 79`, `PCIe link x8 of
+    /// x16`, `no error counters: NVML is not loaded`). Empty when healthy.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub reasons: Vec<String>,
+    /// The checks that ran (`pcie_link`, `nvidia:errors`, `plugin:ascend:health`).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub checked: Vec<String>,
+    /// Checks a capture could not run because it holds no recording of their source (a
+    /// capture's verdict covers only what it recorded). Never set on a live machine, where a
+    /// missing source makes the device `unknown`.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub unchecked: Vec<String>,
+}
+
+/// The three verdicts. `unknown` (a source failed or is missing on a live machine) counts as
+/// unhealthy for placement unless the cluster says otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthState {
+    Healthy,
+    Unhealthy,
+    #[default]
+    Unknown,
+}
+
+impl Health {
+    /// True when placement may use the device: healthy, or unknown when `allow_unknown`.
+    pub fn placeable(health: Option<&Health>, allow_unknown: bool) -> bool {
+        match health.map(|h| h.state) {
+            None | Some(HealthState::Healthy) => true,
+            Some(HealthState::Unknown) => allow_unknown,
+            Some(HealthState::Unhealthy) => false,
+        }
+    }
+
+    /// One line for labels, taints and drain reasons: the state and its first reason.
+    pub fn summary(&self) -> String {
+        match (self.state, self.reasons.first()) {
+            (HealthState::Healthy, _) => "healthy".into(),
+            (state, Some(reason)) => format!("{}: {reason}", state.as_str()),
+            (state, None) => state.as_str().into(),
+        }
+    }
+}
+
+impl HealthState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthState::Healthy => "healthy",
+            HealthState::Unhealthy => "unhealthy",
+            HealthState::Unknown => "unknown",
+        }
+    }
 }
 
 /// One device's names in the world around it: its kind, the label tools print, the variable

@@ -233,6 +233,7 @@ mod tests {
             partition: None,
             dtypes: Vec::new(),
             vocabulary: Default::default(),
+            health: None,
         }
     }
 

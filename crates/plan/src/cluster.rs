@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use accel_model::{Endpoint, Machine, PathClass, PathClassifier};
+use accel_model::{Endpoint, Health, Machine, PathClass, PathClassifier};
 use serde::{Deserialize, Serialize};
 
 use crate::PlanError;
@@ -20,6 +20,37 @@ pub struct Cluster {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub machines: BTreeMap<String, Machine>,
     pub nodes: Vec<ClusterNode>,
+    /// How device health counts for placement.
+    #[serde(default, skip_serializing_if = "HealthPolicy::is_default")]
+    pub health: HealthPolicy,
+}
+
+/// How device health counts for placement. Unhealthy devices are never placed; devices whose
+/// health is `unknown` are not placed either unless `unknown` is `allow` (fail closed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthPolicy {
+    #[serde(default)]
+    pub unknown: UnknownHealth,
+}
+
+/// What placement does with a device whose health is `unknown`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownHealth {
+    #[default]
+    Exclude,
+    Allow,
+}
+
+impl HealthPolicy {
+    fn is_default(&self) -> bool {
+        *self == HealthPolicy::default()
+    }
+
+    pub fn allow_unknown(&self) -> bool {
+        self.unknown == UnknownHealth::Allow
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -117,6 +148,10 @@ pub(crate) struct Device {
     /// The closest RDMA NIC: its name, path class rank (0 = PIX, 1 = PXB, 2 = farther) and
     /// path class (`PIX`, `PXB`, `NODE`...).
     pub nic: Option<(String, u8, String)>,
+    /// RDMA NICs at PIX, and at PXB or closer.
+    pub nics_within: [u32; 2],
+    /// The health verdict's one-line summary when placement leaves the device out.
+    pub health: Option<String>,
 }
 
 /// The precomputed topology of one machine. Nodes with equal topologies share one.
@@ -134,6 +169,8 @@ pub(crate) struct Topo {
     /// CPU count of each NUMA node.
     pub numa_cpus: BTreeMap<u32, u32>,
     pub all: u64,
+    /// Devices placement may use: all but the unhealthy (and, unless allowed, the unknown).
+    pub usable: u64,
 }
 
 /// Rough peer-to-peer GB/s (both directions) for PCIe path classes: used only to rank pairs
@@ -161,7 +198,7 @@ fn class_rank(text: &str) -> u32 {
 }
 
 impl Topo {
-    pub fn new(machine: &Machine) -> Result<Topo, PlanError> {
+    pub fn new(machine: &Machine, policy: HealthPolicy) -> Result<Topo, PlanError> {
         let n = machine.accelerators.len();
         if n > MAX_DEVICES_PER_NODE {
             return Err(PlanError::Cluster(format!(
@@ -170,9 +207,12 @@ impl Topo {
         }
         let classifier = PathClassifier::new(machine);
         let labels = machine.device_labels();
+        // The cluster's policy, or the node operator's (`health.unknown=allow` on the machine).
+        let allow_unknown = policy.allow_unknown() || machine.allows_unknown_health();
         let mut devices = Vec::with_capacity(n);
         for (i, acc) in machine.accelerators.iter().enumerate() {
             let mut nic: Option<(String, u8, String)> = None;
+            let mut nics_within = [0u32; 2];
             for (j, card) in machine.nics.iter().enumerate() {
                 if !card.rdma {
                     continue;
@@ -183,6 +223,11 @@ impl Topo {
                     PathClass::Pxb => 1,
                     _ => 2,
                 };
+                for (within, count) in nics_within.iter_mut().enumerate() {
+                    if usize::from(rank) <= within {
+                        *count += 1;
+                    }
+                }
                 if nic.as_ref().is_none_or(|(_, r, c)| (rank, class.rank()) < (*r, class_rank(c))) {
                     nic = Some((card.name.clone(), rank, class.to_string()));
                 }
@@ -198,6 +243,9 @@ impl Topo {
                 dtypes: acc.dtypes.clone(),
                 numa: acc.numa_node,
                 nic,
+                nics_within,
+                health: (!Health::placeable(acc.health.as_ref(), allow_unknown))
+                    .then(|| acc.health.as_ref().map(Health::summary).unwrap_or_default()),
             });
         }
         let index: HashMap<&str, usize> =
@@ -264,7 +312,8 @@ impl Topo {
         }
         let numa_cpus = machine.numa_nodes.iter().map(|node| (node.id, node.cpus.len() as u32)).collect();
         let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-        Ok(Topo { devices, bw, link, island, numa_peers, numa_cpus, all })
+        let usable = devices.iter().enumerate().filter(|(_, d)| d.health.is_none()).fold(0u64, |m, (i, _)| m | 1 << i);
+        Ok(Topo { devices, bw, link, island, numa_peers, numa_cpus, all, usable })
     }
 
     pub fn len(&self) -> usize {

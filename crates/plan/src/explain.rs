@@ -29,10 +29,10 @@ pub(crate) struct Partial {
 }
 
 /// The checks in the order they are applied; each stage adds one constraint.
-const STAGES: [&str; 7] = ["count", "capability", "free", "nic", "connectivity", "same_numa", "cpus"];
+const STAGES: [&str; 8] = ["count", "capability", "health", "free", "nic", "connectivity", "same_numa", "cpus"];
 
 fn stage(s: usize) -> Stage {
-    Stage { capability: s >= 1, nic: s >= 3, connectivity: s >= 4, numa: s >= 5, cpus: s >= 6 }
+    Stage { capability: s >= 1, nic: s >= 4, connectivity: s >= 5, numa: s >= 6, cpus: s >= 7 }
 }
 
 fn without(name: &str) -> Stage {
@@ -79,11 +79,18 @@ fn condition(b: &Bundle, name: &str) -> String {
     match name {
         "count" => "accelerators".into(),
         "capability" => format!("accelerators with {}", capability_text(b)),
+        "health" => "healthy accelerators that match".into(),
         "free" => "free accelerators that match".into(),
-        "nic" => format!(
-            "free matching accelerators, each with an RDMA NIC at {} or closer",
-            b.nic.map(|n| n.to_string()).unwrap_or_default()
-        ),
+        "nic" => match b.nics.unwrap_or(1) {
+            1 => format!(
+                "free matching accelerators, each with an RDMA NIC at {} or closer",
+                b.nic.unwrap_or(crate::NicDistance::Pxb)
+            ),
+            n => format!(
+                "free matching accelerators, each with {n} RDMA NICs at {} or closer",
+                b.nic.unwrap_or(crate::NicDistance::Pxb)
+            ),
+        },
         "connectivity" => match b.connectivity {
             Connectivity::ScaleUp => "free accelerators all joined by scale-up links".into(),
             Connectivity::Island => "free accelerators in one scale-up island".into(),
@@ -120,7 +127,12 @@ fn diagnose(p: &impl View, nodes: &[usize], b: usize, bundle: &Bundle) -> Option
         let mut feasible = false;
         for &n in nodes {
             let topo = p.topo(n);
-            let free = if s >= 2 { p.free_mask(n) } else { topo.all };
+            // Health first, then what is free (the free mask never holds an unhealthy device).
+            let free = match s {
+                0 | 1 => topo.all,
+                2 => topo.all & topo.usable,
+                _ => p.free_mask(n),
+            };
             let prep = search::prepare(topo, bundle, st);
             if name == "cpus" {
                 feasible |= search::best(topo, &prep, free, p.meter()).is_some();
@@ -138,7 +150,7 @@ fn diagnose(p: &impl View, nodes: &[usize], b: usize, bundle: &Bundle) -> Option
         let mut message = format!("bundle {b}: no node has {} {}", bundle.count, condition(bundle, name));
         let mut nearest = Vec::new();
         if let Some((n, m)) = best.filter(|(_, m)| *m != 0) {
-            let what = if name == "count" || name == "capability" { "" } else { " available" };
+            let what = if matches!(name, "count" | "capability" | "health") { "" } else { " available" };
             message += &format!("; best{what}: {} has {} ({})", p.node_name(n), m.count_ones(), labels(p, n, m));
         }
         // The nearest feasible bundle: the largest that meets every constraint on free devices.
@@ -154,13 +166,26 @@ fn diagnose(p: &impl View, nodes: &[usize], b: usize, bundle: &Bundle) -> Option
                 nearest.push(format!("count {} on {} ({})", m.count_ones(), p.node_name(n), labels(p, n, m)));
             }
         }
-        if s >= 3 {
+        if s >= 4 {
             if let Some(text) = best_text(p, nodes, bundle, without(name)) {
                 nearest.push(format!("without the {name} constraint: {text}"));
             }
         }
         if name == "free" {
             nearest.push("wait for a release: the devices exist but are in use".into());
+        }
+        if name == "health" {
+            let sick: Vec<String> = nodes
+                .iter()
+                .flat_map(|&n| {
+                    let topo = p.topo(n);
+                    topo.devices.iter().enumerate().filter(|(i, _)| topo.usable & (1 << i) == 0).map(move |(_, d)| {
+                        format!("{} {} ({})", p.node_name(n), d.label, d.health.as_deref().unwrap_or("?"))
+                    })
+                })
+                .take(5)
+                .collect();
+            nearest.push(format!("repair or replace the devices left out as unhealthy: {}", sick.join(", ")));
         }
         return Some(Infeasible {
             bundle: Some(b),

@@ -9,6 +9,7 @@
 
 mod cluster;
 mod explain;
+pub mod names;
 mod planner;
 mod request;
 mod rng;
@@ -19,7 +20,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-pub use cluster::{machine_domains, Cluster, ClusterNode, MachineRef, MAX_DEVICES_PER_NODE};
+pub use cluster::{
+    machine_domains, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth, MAX_DEVICES_PER_NODE,
+};
 pub use planner::{BundlePlacement, PlacedDevice, Placement, Planner, W_PACK};
 pub use request::{Bundle, Connectivity, NicDistance, Request, Strategy};
 pub use rng::XorShift;
@@ -41,6 +44,21 @@ pub enum PlanError {
     UnknownAllocation(u64),
     #[error("{0}")]
     Infeasible(Infeasible),
+    /// A name no registry entry, plugin or node of the cluster knows: a typo, not a shortage.
+    #[error("unknown {field} {value:?}{}", hint(suggestion, known))]
+    Unknown { field: String, value: String, suggestion: Option<String>, known: Vec<String> },
+}
+
+fn hint(suggestion: &Option<String>, known: &[String]) -> String {
+    match suggestion {
+        Some(s) => format!("; did you mean {s:?}?"),
+        None if known.is_empty() => String::new(),
+        None => {
+            let shown: Vec<&str> = known.iter().take(12).map(String::as_str).collect();
+            let more = if known.len() > 12 { ", ..." } else { "" };
+            format!("; known: {}{more}", shown.join(", "))
+        }
+    }
 }
 
 /// A request that cannot be met: the constraint that failed and the nearest feasible alternative.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use accel_model::Machine;
 use serde::Serialize;
 
-use crate::cluster::{machine_domains, Cluster, MachineRef, Node, Topo, Topos};
+use crate::cluster::{machine_domains, Cluster, HealthPolicy, MachineRef, Node, Topo, Topos};
 use crate::explain::{self, Partial, View};
 use crate::request::{Bundle, Request, Strategy};
 use crate::score::{score, Breakdown};
@@ -93,6 +93,11 @@ pub struct Planner {
     cache: HashMap<(usize, u64, u64), Searched>,
     /// Steps of the searches of the current (last) plan.
     meter: Meter,
+    /// How health counts ([`Topo::usable`]): unusable devices are never free.
+    health: HealthPolicy,
+    /// The names requests may use here, and how many topologies they already cover.
+    known: crate::names::Known,
+    known_topos: usize,
 }
 
 /// A partial decision inside one candidate domain.
@@ -115,6 +120,8 @@ impl Planner {
     /// bandwidth) is on the machines: discovery resolved the SKUs.
     pub fn new(cluster: &Cluster) -> Result<Planner, PlanError> {
         let mut planner = Planner::empty();
+        planner.health = cluster.health;
+        let self_policy = cluster.health;
         let mut shared: HashMap<&str, (usize, BTreeMap<String, String>)> = HashMap::new();
         for node in &cluster.nodes {
             let machine = cluster.machine(node)?;
@@ -123,13 +130,13 @@ impl Planner {
                     if let Some(found) = shared.get(name.as_str()) {
                         found.clone()
                     } else {
-                        let t = planner.topos.intern(Topo::new(machine)?);
+                        let t = planner.topos.intern(Topo::new(machine, self_policy)?);
                         let entry = (t, machine_domains(machine));
                         shared.insert(name.as_str(), entry.clone());
                         entry
                     }
                 }
-                MachineRef::Inline(m) => (planner.topos.intern(Topo::new(m)?), machine_domains(m)),
+                MachineRef::Inline(m) => (planner.topos.intern(Topo::new(m, self_policy)?), machine_domains(m)),
             };
             let mut labels = domains;
             labels.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -153,6 +160,9 @@ impl Planner {
             prepared: HashMap::new(),
             cache: HashMap::new(),
             meter: Meter::default(),
+            health: HealthPolicy::default(),
+            known: crate::names::Known::new(),
+            known_topos: 0,
         }
     }
 
@@ -163,7 +173,7 @@ impl Planner {
         labels: &BTreeMap<String, String>,
         machine: &Machine,
     ) -> Result<(), PlanError> {
-        let topo = self.topos.intern(Topo::new(machine)?);
+        let topo = self.topos.intern(Topo::new(machine, self.health)?);
         let mut all = machine_domains(machine);
         all.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.push_node(name.to_owned(), all, topo)
@@ -176,12 +186,17 @@ impl Planner {
         let label_id = match self.label_sets.iter().position(|l| *l == labels) {
             Some(i) => i,
             None => {
+                self.known.add_keys(labels.keys());
                 self.label_sets.push(labels);
                 self.label_sets.len() - 1
             }
         };
+        for t in &self.topos.list[self.known_topos..] {
+            self.known.add_devices(&t.devices);
+        }
+        self.known_topos = self.topos.list.len();
         let idx = self.nodes.len();
-        let free = self.topos.list[topo].all;
+        let free = self.topos.list[topo].all & self.topos.list[topo].usable;
         self.by_name.insert(name.clone(), idx);
         self.nodes.push(Node { name, labels: label_id, topo });
         self.free.push(free);
@@ -210,6 +225,7 @@ impl Planner {
     }
 
     fn set_free(&mut self, node: usize, free: u64) {
+        let free = free & self.topos.list[self.nodes[node].topo].usable;
         let key = (self.nodes[node].labels, self.nodes[node].topo, self.free[node]);
         if let Some(set) = self.groups.get_mut(&key) {
             set.remove(&node);
@@ -349,6 +365,7 @@ impl Planner {
 
     pub(crate) fn plan_bounded(&mut self, request: &Request) -> Result<Placement, PlanError> {
         validate(request)?;
+        self.known.check(request)?;
         let units = self.units(request, None);
         // Constraints no selected node can meet even when empty go straight to the explanation.
         if self.impossible(request) {

@@ -62,6 +62,10 @@ pub struct Bundle {
     /// Each device needs an RDMA NIC at this distance or closer (`pix` or `pxb`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic: Option<NicDistance>,
+    /// How many RDMA NICs each device needs at the `nic` distance (`pxb` when `nic` is absent)
+    /// or closer; 1 when absent. NICs are shared, not reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nics: Option<u32>,
     /// CPU cores on the devices' NUMA nodes (checked, not reserved).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
@@ -80,6 +84,7 @@ impl Bundle {
             connectivity: Connectivity::Any,
             same_numa: false,
             nic: None,
+            nics: None,
             cpus: None,
         }
     }

@@ -81,13 +81,15 @@ pub(crate) fn capable(topo: &Topo, bundle: &Bundle, i: usize) -> bool {
         && bundle.dtypes.iter().all(|t| d.dtypes.iter().any(|x| x.eq_ignore_ascii_case(t)))
 }
 
-fn nic_ok(topo: &Topo, want: Option<NicDistance>, i: usize) -> bool {
-    let Some(want) = want else { return true };
-    let limit = match want {
+fn nic_ok(topo: &Topo, bundle: &Bundle, i: usize) -> bool {
+    if bundle.nic.is_none() && bundle.nics.is_none() {
+        return true;
+    }
+    let limit = match bundle.nic.unwrap_or(NicDistance::Pxb) {
         NicDistance::Pix => 0,
         NicDistance::Pxb => 1,
     };
-    topo.devices[i].nic.as_ref().is_some_and(|(_, rank, _)| *rank <= limit)
+    topo.devices[i].nics_within[limit] >= bundle.nics.unwrap_or(1)
 }
 
 pub(crate) fn prepare(topo: &Topo, bundle: &Bundle, stage: Stage) -> Prepared {
@@ -95,7 +97,7 @@ pub(crate) fn prepare(topo: &Topo, bundle: &Bundle, stage: Stage) -> Prepared {
     let mut eligible = 0u64;
     for i in 0..n {
         let cap = !stage.capability || capable(topo, bundle, i);
-        if cap && (!stage.nic || nic_ok(topo, bundle.nic, i)) {
+        if cap && (!stage.nic || nic_ok(topo, bundle, i)) {
             eligible |= 1 << i;
         }
     }

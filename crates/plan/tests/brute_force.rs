@@ -25,6 +25,7 @@ fn cluster_of(machines: &[Machine], taken: &[BTreeSet<usize>]) -> Cluster {
                 allocated: taken.get(i).into_iter().flatten().map(|&d| m.accelerators[d].id.clone()).collect(),
             })
             .collect(),
+        health: Default::default(),
     }
 }
 

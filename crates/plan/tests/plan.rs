@@ -20,6 +20,7 @@ fn cluster(nodes: &[(&str, Spec)]) -> Cluster {
                 allocated: Vec::new(),
             })
             .collect(),
+        health: Default::default(),
     }
 }
 
@@ -281,4 +282,60 @@ fn search_without_any_candidate_stops_at_the_budget() {
     assert!(why.message.contains("budget exhausted"), "{}", why.message);
     assert!(p.last_search_steps() <= 8 * u64::from(accel_plan::SEARCH_BUDGET), "{}", p.last_search_steps());
     assert!(p.last_search_steps() > u64::from(accel_plan::SEARCH_BUDGET));
+}
+
+/// A DGX whose GPU3 reported XID 79 and whose GPU5's health source failed.
+fn sick_dgx() -> Cluster {
+    let mut c = cluster(&[("a", Spec::dgx())]);
+    let MachineRef::Inline(m) = &mut c.nodes[0].machine else { unreachable!() };
+    let verdict =
+        |state, reason: &str| accel_model::Health { state, reasons: vec![reason.into()], ..Default::default() };
+    m.accelerators[3].health = Some(verdict(accel_model::HealthState::Unhealthy, "XID 79"));
+    m.accelerators[5].health = Some(verdict(accel_model::HealthState::Unknown, "nvidia:errors: NVML call failed"));
+    c
+}
+
+#[test]
+fn unhealthy_and_unknown_devices_are_never_placed() {
+    let mut p = Planner::new(&sick_dgx()).unwrap();
+    let got = p.plan(&request(r#"{"bundles": [{"count": 6}]}"#)).unwrap();
+    assert_eq!(labels(&got, 0).1, "GPU0,GPU1,GPU2,GPU4,GPU6,GPU7");
+    assert_eq!(p.free_devices("a").unwrap().len(), 6);
+    // An outside source of truth cannot hand them back.
+    let all: Vec<String> = build(&Spec::dgx()).accelerators.iter().map(|a| a.id.clone()).collect();
+    p.sync_free("a", &all.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+    assert_eq!(p.free_devices("a").unwrap().len(), 6);
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 8}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "health", "{why:?}");
+    let nearest = why.nearest.unwrap();
+    assert!(nearest.contains("a GPU3 (unhealthy: XID 79)") && nearest.contains("a GPU5 (unknown"), "{nearest}");
+}
+
+#[test]
+fn unknown_health_is_placed_only_when_the_cluster_allows_it() {
+    let mut c = sick_dgx();
+    c.health.unknown = accel_plan::UnknownHealth::Allow;
+    let mut p = Planner::new(&c).unwrap();
+    let got = p.plan(&request(r#"{"bundles": [{"count": 7}]}"#)).unwrap();
+    assert_eq!(labels(&got, 0).1, "GPU0,GPU1,GPU2,GPU4,GPU5,GPU6,GPU7");
+    // And the policy is read from a cluster file.
+    let text = serde_json::to_string(&c).unwrap();
+    assert!(text.contains(r#""health":{"unknown":"allow"}"#), "{text}");
+    assert_eq!(Cluster::from_json(&text).unwrap().health.unknown, accel_plan::UnknownHealth::Allow);
+}
+
+#[test]
+fn a_misspelt_name_is_invalid_with_a_suggestion_not_infeasible() {
+    let mut p = Planner::new(&cluster(&[("a", Spec::dgx())])).unwrap();
+    match p.plan(&request(r#"{"bundles": [{"count": 2, "vendor": ["nvidai"]}]}"#)).unwrap_err() {
+        PlanError::Unknown { field, suggestion, .. } => {
+            assert_eq!((field.as_str(), suggestion.as_deref()), ("vendor", Some("nvidia")))
+        }
+        other => panic!("expected an unknown name, got {other}"),
+    }
+    let e = p.plan(&request(r#"{"bundles": [{"count": 2}], "same": "rakc"}"#)).unwrap_err();
+    assert_eq!(e.to_string(), r#"unknown domain "rakc"; did you mean "rack"?"#);
+    // A vendor the registry knows but the cluster lacks is a shortage.
+    let why = infeasible(p.plan(&request(r#"{"bundles": [{"count": 2, "vendor": ["amd"]}]}"#)).unwrap_err());
+    assert_eq!(why.constraint, "capability");
 }

@@ -9,16 +9,41 @@ use pyo3::prelude::*;
 use crate::errors::{placement_error, to_py};
 
 fn plan_error(e: PlanError) -> PyErr {
+    let message = e.to_string();
     match e {
         PlanError::Infeasible(why) => {
-            placement_error(why.to_string(), serde_json::to_string(&why).unwrap_or_else(|_| "{}".into()))
+            placement_error(message, serde_json::to_string(&why).unwrap_or_else(|_| "{}".into()))
         }
-        other => placement_error(other.to_string(), "{}".into()),
+        PlanError::Unknown { field, value, suggestion, .. } => invalid(message, &field, Some(&value), suggestion),
+        PlanError::Request(_) => invalid(message, "request", None, None),
+        PlanError::Cluster(_) => invalid(message, "cluster", None, None),
+        PlanError::UnknownNode(node) => invalid(message, "node", Some(&node), None),
+        PlanError::UnknownDevice { device, .. } => invalid(message, "device", Some(&device), None),
+        PlanError::UnknownAllocation(id) => invalid(message, "allocation", Some(&id.to_string()), None),
     }
 }
 
+/// A mistake in the input (Python's `accel.InvalidRequest`): where, what, and the nearest
+/// known name.
+fn invalid(message: String, field: &str, value: Option<&str>, suggestion: Option<String>) -> PyErr {
+    let details = serde_json::json!({"invalid": {"field": field, "value": value, "suggestion": suggestion}});
+    placement_error(message, details.to_string())
+}
+
 fn parse<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
-    serde_json::from_str(text).map_err(|e| placement_error(format!("invalid {what}: {e}"), "{}".into()))
+    serde_json::from_str(text).map_err(|e| {
+        let (value, suggestion) = accel_plan::names::unknown_in_message(&e.to_string()).unzip();
+        let message = accel_plan::names::with_hint(format!("invalid {what}: {e}"));
+        invalid(message, what, value.as_deref(), suggestion.flatten())
+    })
+}
+
+/// An unknown sample name: the error, with the nearest name.
+fn no_sample(name: &str) -> PyErr {
+    let names = accel_discover::samples::names();
+    let suggestion = accel_plan::names::suggest(name, names.iter().copied());
+    let hint = suggestion.as_ref().map(|s| format!("; did you mean {s:?}?")).unwrap_or_default();
+    invalid(format!("no sample named {name:?}{hint} (known: {})", names.join(", ")), "sample", Some(name), suggestion)
 }
 
 /// Allocation state over one cluster (`accel_plan::Planner`).
@@ -97,15 +122,17 @@ fn isolate_env(machine_json: &str, ids: Vec<String>) -> PyResult<std::collection
     Ok(isolate(&plugins, &machine, &ids).env)
 }
 
-/// `ray start` labels, custom resources and GPU count of a machine (`accel_discover::labels`),
-/// as `(labels, resources, num_gpus)`.
+/// `ray start` labels, custom resources and GPU count of a machine with its planner labels
+/// (`accel_discover::labels::ray_labels_for_node`), as `(labels, resources, num_gpus)`.
 #[pyfunction]
+#[pyo3(signature = (machine_json, labels=std::collections::BTreeMap::new()))]
 #[allow(clippy::type_complexity)]
 fn ray_node(
     machine_json: &str,
+    labels: std::collections::BTreeMap<String, String>,
 ) -> PyResult<(std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, f64>, f64)> {
     let machine: Machine = parse(machine_json, "machine")?;
-    let node = accel_discover::labels::ray_labels(&machine);
+    let node = accel_discover::labels::ray_labels_for_node(&machine, &labels);
     Ok((node.labels, node.resources, node.num_gpus))
 }
 
@@ -115,13 +142,11 @@ fn sample_names() -> Vec<&'static str> {
     accel_discover::samples::names()
 }
 
-/// An embedded sample machine as JSON, or `None` for an unknown name.
+/// An embedded sample machine as JSON; `InvalidRequest` (with the nearest name) for an unknown one.
 #[pyfunction]
-fn sample_machine_json(py: Python<'_>, name: &str) -> PyResult<Option<String>> {
-    py.detach(|| accel_discover::samples::machine(name))
-        .map(|m| serde_json::to_string(&m))
-        .transpose()
-        .map_err(to_py(|m| placement_error(m, "{}".into())))
+fn sample_machine_json(py: Python<'_>, name: &str) -> PyResult<String> {
+    let machine = py.detach(|| accel_discover::samples::machine(name)).ok_or_else(|| no_sample(name))?;
+    serde_json::to_string(&machine).map_err(to_py(|m| placement_error(m, "{}".into())))
 }
 
 /// A cluster of embedded samples as JSON (`accel_plan::Cluster::add_nodes`, as `accel cluster`).
@@ -135,10 +160,7 @@ fn sample_cluster_json(
 ) -> PyResult<String> {
     let mut cluster = Cluster::default();
     for (name, count) in spec {
-        let machine = py.detach(|| accel_discover::samples::machine(&name)).ok_or_else(|| {
-            let known = accel_discover::samples::names().join(", ");
-            placement_error(format!("no sample named {name:?}; known: {known}"), "{}".into())
-        })?;
+        let machine = py.detach(|| accel_discover::samples::machine(&name)).ok_or_else(|| no_sample(&name))?;
         cluster.add_nodes(&name, machine, count, clique_trays);
     }
     if let Some(size) = rack_size {

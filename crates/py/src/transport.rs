@@ -1,16 +1,15 @@
 //! The transport from Python: one `Transport` per process (re-created after a fork), buffers
-//! exported through the buffer protocol so numpy views map shared memory without a copy, and
-//! metrics. The Python layer (`accel.transport`) builds references and arrays on top.
+//! handed to Python as (address, length, read-only) so `accel._buffers` maps shared memory into
+//! numpy without a copy (the buffer protocol is not in the limited API of Python 3.9, which this
+//! abi3 module targets), and metrics. The Python layer (`accel.transport`) builds references
+//! and arrays on top.
 
-use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accel_transport::{sweep_orphans, Config, Descriptor, Mapping, Path, Role, Transport};
 use memmap2::MmapRaw;
-use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyBufferError, PyValueError};
-use pyo3::ffi;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -47,8 +46,10 @@ enum Keep {
     Consumer(#[allow(dead_code)] Mapping),
 }
 
-/// Bytes of shared memory exported through the buffer protocol; the mapping lives as long as
-/// this object, and so as long as any numpy view over it.
+/// Bytes of shared memory, handed to Python as `address`, `len()` and `readonly`: the mapping
+/// lives as long as this object, and `accel._buffers` makes every numpy view over it hold this
+/// object (through the view's base chain), so a view keeps the mapping alive. Never write
+/// through a read-only one: its pages may be mapped without write permission.
 #[pyclass(module = "accel._native", frozen, weakref)]
 #[derive(Debug)]
 pub struct SharedBuffer {
@@ -60,31 +61,14 @@ pub struct SharedBuffer {
 
 #[pymethods]
 impl SharedBuffer {
-    /// # Safety
-    /// `view` is a valid `Py_buffer` the interpreter passes in.
-    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        let (ptr, len, readonly) = {
-            let me = slf.get();
-            (me.ptr, me.len, me.readonly)
-        };
-        if readonly && (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err(
-                "this transport buffer is read-only (get(..., writable=True) copies on write)",
-            ));
-        }
-        // SAFETY: `ptr..ptr+len` stays mapped while `slf` lives, and FillInfo takes a reference
-        // to `slf` that the consumer of the view releases.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr as *mut c_void, len as isize, c_int::from(readonly), flags)
-        };
-        if rc == -1 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
-    }
-
     fn __len__(&self) -> usize {
         self.len
+    }
+
+    /// The address of the first byte (valid while this object lives).
+    #[getter]
+    fn address(&self) -> usize {
+        self.ptr
     }
 
     #[getter]
@@ -199,24 +183,31 @@ fn transport_open_shm(
     Ok(SharedBuffer { ptr, len: m.len(), readonly: !writable, _keep: Keep::Consumer(m) })
 }
 
-/// Streams a buffer over TCP into `out`, a writable C-contiguous buffer of exactly its size.
+/// Streams a buffer over TCP into the `nbytes` writable bytes at `address`: the caller
+/// (`accel._buffers`) passes the start of a writable C-contiguous array of exactly the buffer's
+/// size and holds that array until this returns.
 #[pyfunction]
 fn transport_fetch_tcp(
     py: Python<'_>,
     owner: String,
     endpoint: String,
     buffer: u64,
-    out: PyBuffer<u8>,
+    address: usize,
+    nbytes: usize,
 ) -> PyResult<()> {
-    if out.readonly() || !out.is_c_contiguous() {
-        return Err(PyValueError::new_err("the destination must be a writable, C-contiguous buffer"));
+    if address == 0 && nbytes > 0 {
+        return Err(PyValueError::new_err("the destination address is null"));
     }
-    let (ptr, len) = (out.buf_ptr() as usize, out.len_bytes());
     let t = started()?;
-    let d = descriptor(owner, endpoint, String::new(), buffer, len as u64);
+    let d = descriptor(owner, endpoint, String::new(), buffer, nbytes as u64);
     py.detach(|| {
-        // SAFETY: `out` holds the exporter's buffer (and so its memory) until this returns.
-        let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        let dst: &mut [u8] = if nbytes == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller holds a writable array of `nbytes` bytes at `address` until
+            // this returns, and no one else writes it meanwhile.
+            unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
+        };
         t.fetch_tcp(&d, dst)
     })
     .map_err(transport_error)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._placement import (
     AccelPlacementGroup,
+    allow_unknown_health,
     cluster_from_ray,
     device_resource,
     node_spec,
@@ -15,9 +16,11 @@ from ._placement import (
     publish_machine,
     visibility_env,
 )
+from ._recipes import engine_groups, sglang_env, vllm_env
 from ._start import ray_start_command
 from ._transport import register_transport
 
 __all__: list[str] = ["register_transport"]
-__all__ += ["AccelPlacementGroup", "cluster_from_ray", "device_resource", "node_spec", "placement_group"]
+__all__ += ["AccelPlacementGroup", "allow_unknown_health", "cluster_from_ray", "device_resource", "node_spec", "placement_group"]
 __all__ += ["publish_machine", "ray_start_command", "visibility_env"]
+__all__ += ["engine_groups", "sglang_env", "vllm_env"]

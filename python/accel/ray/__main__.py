@@ -1,5 +1,7 @@
-"""`python -m accel.ray start [--node-name NAME] [--sample NAME] [--dry-run] [ray start args...]`:
-starts a Ray node carrying the resources and labels accel discovered on this machine.
+"""`python -m accel.ray start [--node-name NAME] [--sample NAME] [--agent] [--dry-run] [ray start args...]`:
+starts a Ray node (with this interpreter's Ray) carrying the resources and labels accel
+discovered on this machine, and with `--agent` the node agent and its sidecar.
+`python -m accel.ray stop [--temp-dir DIR] [ray stop args...]` stops all of it.
 `python -m accel.ray sidecar ...` is the agent's Ray sidecar (see `accel.ray._agent`)."""
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -237,21 +238,30 @@ def grafana_dashboard() -> dict[str, Any]:
     }
 
 
-def ray_session_dir(temp_dir: str | None = None) -> str:
-    """Ray's latest session directory (`/tmp/ray/session_latest`, or under `--temp-dir`)."""
-    return os.path.join(temp_dir or os.path.join(tempfile.gettempdir(), "ray"), "session_latest")
+def default_ray_temp_dir() -> str:
+    """Ray's temp dir when none is given (`RAY_TMPDIR`, `TMPDIR`, `/tmp`, then `ray`)."""
+    try:
+        from ray._common.utils import get_default_ray_temp_dir
+
+        return str(get_default_ray_temp_dir())
+    except ImportError:
+        return os.path.join(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp", "ray")
 
 
-def install_grafana_dashboard(directory: str | None = None, temp_dir: str | None = None) -> str:
+def install_grafana_dashboard(directory: str | None = None, session_dir: str | None = None) -> str:
     """Writes the dashboard into Ray's Grafana dashboards directory
     (`RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR`, default
-    `<session>/metrics/grafana/dashboards`), where Ray's provisioning shows it in the "Ray"
-    folder. Returns the file written."""
-    directory = (
-        directory
-        or os.environ.get("RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR")
-        or os.path.join(ray_session_dir(temp_dir), "metrics", "grafana", "dashboards")
-    )
+    `<session>/metrics/grafana/dashboards` of `session_dir`, or of the session Ray's
+    `session_latest` link names), where Ray's provisioning shows it in the "Ray" folder.
+    Returns the file written."""
+    directory = directory or os.environ.get("RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR")
+    if not directory:
+        if session_dir is None:
+            latest = os.path.join(default_ray_temp_dir(), "session_latest")
+            if not os.path.islink(latest):
+                raise FileNotFoundError(f"no Ray session at {latest}; start Ray first or pass session_dir")
+            session_dir = os.path.realpath(latest)
+        directory = os.path.join(session_dir, "metrics", "grafana", "dashboards")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "accel_grafana_dashboard.json")
     write_json_atomic(path, grafana_dashboard())
@@ -273,6 +283,16 @@ def write_json_atomic(path: str, doc: Any) -> None:
         raise
 
 
+def gcs_reachable(address: str, timeout_s: float = 2.0) -> bool:
+    """Whether the Ray cluster's GCS (`host:port`) still accepts connections."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def run_sidecar(
     name: str,
     agent_url: str,
@@ -282,22 +302,44 @@ def run_sidecar(
     file_sd: str | None = None,
     interval_s: float = 5.0,
     once: bool = False,
-) -> None:
+    gcs_address: str | None = None,
+    ready_file: str | None = None,
+) -> str:
     """Publishes this node's readings every `interval_s`, and on the head (`cluster_file` given)
-    writes the cluster document. Needs `ray.init(address=...)` first. A failing round is
-    reported on stderr and retried; it never stops the loop."""
+    writes the cluster document, stamped with `interval_s` so the agent can tell when it went
+    stale. Needs `ray.init(address=...)` first. A failing agent read is reported on stderr and
+    retried. After the first round it writes `ready_file`. With `gcs_address`, it returns
+    "gone" once the cluster's GCS refuses two rounds in a row (Ray stopped); with `once`, "once"
+    after one round."""
+    missed = 0
+    first = True
     while True:
+        if gcs_address is not None:
+            if gcs_reachable(gcs_address):
+                missed = 0
+            else:
+                missed += 1
+                if missed >= 2:
+                    print(f"accel sidecar: the Ray cluster at {gcs_address} is gone; exiting", file=sys.stderr)
+                    return "gone"
+                time.sleep(min(interval_s, 1.0))
+                continue
         try:
             publish_readings(name, fetch_readings(agent_url, token), agent_url)
         except OSError as e:
             print(f"accel sidecar: cannot read the agent at {agent_url}: {e}", file=sys.stderr)
         if cluster_file:
             doc = cluster_document()
+            doc["interval_s"] = interval_s
             write_json_atomic(cluster_file, doc)
             if file_sd:
                 write_json_atomic(file_sd, prometheus_file_sd(doc))
+        if first and ready_file:
+            with open(ready_file, "w") as f:
+                f.write(f"{time.time()}\n")
+        first = False
         if once:
-            return
+            return "once"
         time.sleep(interval_s)
 
 
@@ -311,6 +353,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
     parser.add_argument("--once", action="store_true", help="one round, then exit")
+    parser.add_argument("--ready-file", help="written after the first round (`accel.ray start` waits for it)")
     args = parser.parse_args(argv)
     token = None
     if args.token_file:
@@ -319,8 +362,9 @@ def main(argv: list[str]) -> int:
     import ray
 
     ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
+    how = "once"
     try:
-        run_sidecar(
+        how = run_sidecar(
             args.node_name,
             args.agent_url,
             token=token,
@@ -328,9 +372,17 @@ def main(argv: list[str]) -> int:
             file_sd=args.file_sd,
             interval_s=args.interval,
             once=args.once,
+            gcs_address=str(ray.get_runtime_context().gcs_address),
+            ready_file=args.ready_file,
         )
     finally:
-        ray.shutdown()
+        if how != "gone":
+            ray.shutdown()
+    if how == "gone":
+        # Ray's client would wait for the vanished cluster at shutdown: leave without it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

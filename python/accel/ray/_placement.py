@@ -28,7 +28,9 @@ from .. import _native
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
-from .._plan import PlacementError, Planner, load_request
+from .._errors import Infeasible
+from ._affinity import affinity_env, py_executable
+from .._plan import Planner, load_request
 
 NODE_LABEL = "accel.io/node"
 LABEL_PREFIX = "accel.io/"
@@ -66,17 +68,31 @@ def _label_value(text: str) -> str:
 def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     """What a Ray node backed by `machine` starts with: `num_gpus`, `resources` and `labels`.
 
-    The labels and per-device resources are discovery's (`accel labels --format ray`), plus
-    `accel.io/node=<name>` and the planner labels given (`{"rack": "r1"}` -> `accel.io/rack=r1`);
-    the resources and `num_gpus` hold each plugin's own Ray resource in the units it gives (a
-    Neuron device counts its cores), computed once in `accel_discover::labels::ray_labels`.
+    The labels and per-device resources are discovery's (`accel labels --format ray`): the
+    `accel.io/*` labels, Ray's own `ray.io/gpu-domain` (the scale-up domain, for
+    `topology_strategy`) and `ray.io/accelerator-type`; plus `accel.io/node=<name>` and the
+    planner labels given (`{"rack": "r1"}` -> `accel.io/rack=r1`; a label named after one of the
+    machine's domain kinds, `{"nvlink_clique": "c1"}`, names that domain, so `ray.io/gpu-domain`
+    follows it). The resources and `num_gpus` hold each plugin's own Ray resource in the units it
+    gives (a Neuron device counts its cores). All of it is computed once, in
+    `accel_discover::labels::ray_labels_for_node`. A device that is unhealthy, or whose health
+    is unknown (unless `allow_unknown_health(machine)` was applied), gets no resource and is
+    named in `accel.io/unhealthy-devices`.
     """
-    base_labels, resources, num_gpus = _native.ray_node(json.dumps(machine))
+    planner = {k: str(v) for k, v in (labels or {}).items()}
+    base_labels, resources, num_gpus = _native.ray_node(json.dumps(machine), planner)
     out_labels = dict(base_labels)
-    for key, value in (labels or {}).items():
-        out_labels[LABEL_PREFIX + key.replace("_", "-")] = _label_value(value)
     out_labels[NODE_LABEL] = _label_value(name)
     return {"num_gpus": int(num_gpus), "resources": dict(resources), "labels": out_labels}
+
+
+def allow_unknown_health(machine: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `machine` whose devices of unknown health may be placed (the operator's choice,
+    `python -m accel.ray start --allow-unknown-health`): the machine attribute `health.unknown`
+    is `allow`, which the labels, the planner and the Slurm export all read. Fail closed without."""
+    out = dict(machine)
+    out["attributes"] = {**(machine.get("attributes") or {}), "health.unknown": "allow"}
+    return out
 
 
 def visibility_env(machine: dict[str, Any], device_ids: list[str]) -> dict[str, str]:
@@ -181,9 +197,13 @@ class AccelPlacementGroup:
         return devices
 
     def env(self, i: int) -> dict[str, str]:
-        """The visibility environment of bundle `i`."""
+        """The environment of bundle `i`: its devices' visibility variables, its CPUs
+        (`ACCEL_CPUS`) and its nearest RDMA NICs (`NCCL_IB_HCA`, `UCX_NET_DEVICES`)."""
         b = self.placement["bundles"][i]
-        return visibility_env(self._machines[b["node"]], [d["id"] for d in b["devices"]])
+        machine = self._machines[b["node"]]
+        env = affinity_env(machine, b["devices"])
+        env.update(visibility_env(machine, [d["id"] for d in b["devices"]]))
+        return env
 
     def resources(self, i: int) -> dict[str, float]:
         """The Ray resources of bundle `i`: the device-kind count plus one per device."""
@@ -204,6 +224,8 @@ class AccelPlacementGroup:
         env_vars = dict(runtime_env.get("env_vars") or {})
         env_vars.update(self.env(i))
         runtime_env["env_vars"] = env_vars
+        # Workers start pinned to the bundle's CPUs (a py_executable of the caller's own wins).
+        runtime_env.setdefault("py_executable", py_executable())
         opts["runtime_env"] = runtime_env
         opts.update(extra)
         return opts
@@ -242,7 +264,7 @@ def placement_group(
     cluster: the planner's cluster (`accel.cluster(...)`, a dict or a file); by default the
     machines that `accel.ray` nodes published (`python -m accel.ray start`).
 
-    Fails fast with `accel.PlacementError` (the failed constraint and the nearest feasible
+    Fails fast with `accel.Infeasible` (the failed constraint and the nearest feasible
     alternative) when the request cannot be met with the devices Ray has free, and never leaves
     a pending placement group behind: when another placement takes a planned device between
     planning and reserving, the group is removed and the request planned again (3 rounds); when
@@ -254,11 +276,11 @@ def placement_group(
     request = load_request(request)
     planner = Planner(cluster if cluster is not None else cluster_from_ray())
     if not planner.cluster["nodes"]:
-        raise PlacementError("no Ray node carries accel's machine description (start nodes with `python -m accel.ray start`)")
+        raise Infeasible("no Ray node carries accel's machine description (start nodes with `python -m accel.ray start`)")
     deadline = time.monotonic() + timeout_s
     for _attempt in range(_ATTEMPTS):
         sync_with_ray(planner)
-        placement = planner.plan(request)  # PlacementError here: nothing was created
+        placement = planner.plan(request)  # InvalidRequest or Infeasible here: nothing was created
         machines = {b["node"]: planner.machine(b["node"]) for b in placement["bundles"]}
         bundles, selectors = [], []
         for b in placement["bundles"]:
@@ -273,7 +295,7 @@ def placement_group(
                 return AccelPlacementGroup(pg, placement, machines)
             if time.monotonic() >= deadline:
                 remove_placement_group(pg)
-                raise PlacementError(
+                raise Infeasible(
                     f"Ray did not reserve the planned devices within {timeout_s:g} s "
                     f"({placement['bundles'][0]['node']}...); the placement group was removed"
                 )
@@ -282,7 +304,7 @@ def placement_group(
                 # group would stay pending. Remove it and plan again on Ray's current state.
                 remove_placement_group(pg)
                 break
-    raise PlacementError(
+    raise Infeasible(
         f"the planned devices were taken by other placements {_ATTEMPTS} times in a row; "
         "the placement group was removed"
     )

@@ -155,6 +155,7 @@ pub fn build(spec: &Spec) -> Machine {
                 .and_then(|s| accel_model::SkuRegistry::builtin().get(s).map(|s| s.dtypes.clone()))
                 .unwrap_or_default(),
             vocabulary: accel_model::Vocabulary { label: "GPU".into(), ..Default::default() },
+            health: None,
         });
         if spec.nics.contains(&g) {
             m.pci.push(pci(down_nic.clone(), PciNodeKind::Bridge, Some(up), numa));

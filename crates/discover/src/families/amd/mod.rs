@@ -9,7 +9,7 @@ pub mod metrics;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_model::{Accelerator, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning};
+use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning};
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
@@ -18,6 +18,8 @@ const SRC: &str = "amd";
 const KFD: &str = "/sys/class/kfd/kfd/topology/nodes";
 /// `HSA_IOLINK_TYPE_XGMI` in `include/uapi/linux/kfd_sysfs.h`.
 pub const IOLINK_XGMI: u64 = 11;
+/// The xGMI hive, the AMD scale-up fabric's domain (KFD's `hive_id`).
+pub const XGMI_HIVE: DomainKind = DomainKind::new("xgmi_hive");
 /// `HSA_IOLINK_TYPE_PCIEXPRESS`.
 pub const IOLINK_PCIE: u64 = 2;
 
@@ -207,6 +209,8 @@ impl Vendor for Amd {
         // the host's GPUs, KFD lists them all but /dev/dri holds only those passed in.
         let check_dev = crate::plugin::has_dev(host);
         let mut hidden = Vec::new();
+        // KFD's `hive_id`: the xGMI hive each GPU belongs to (0: none).
+        let mut hives: BTreeMap<u64, Vec<String>> = BTreeMap::new();
         for n in &gpu_nodes {
             let minor = n.get("drm_render_minor");
             if check_dev && minor > 0 && !host.exists(&host.path(&render_node(minor))) {
@@ -311,12 +315,27 @@ impl Vendor for Amd {
                 });
                 continue;
             }
+            let hive = n.get("hive_id");
+            if hive != 0 {
+                hives.entry(hive).or_default().push(acc.id.clone());
+            }
             claimed.insert(physical_addr);
             by_node.insert(n.id, acc.id.clone());
             physical_of.insert(acc.id.clone(), unique);
             report.accelerators.push(acc);
         }
         report.warnings.extend(crate::plugin::not_visible(SRC, "/dev/dri/renderD*", &hidden, "they are not reported"));
+        // A hive of more than one GPU is the xGMI fabric's domain (a scale-up domain; KFD gives
+        // every hive a random 64-bit id, so two machines never share one by chance).
+        for (hive, members) in hives.into_iter().filter(|(_, m)| m.len() > 1) {
+            report.domains.push(Domain {
+                kind: XGMI_HIVE,
+                name: format!("{hive:016x}"),
+                source: "kfd:hive_id".into(),
+                accelerators: members,
+                scale_up: true,
+            });
+        }
         // xGMI links between different physical GPUs; between partitions of one package the
         // io_link is the package's own fabric, reported as a C2C link (as NVLink-C2C joins dies).
         let mut pairs: BTreeMap<(String, String), (LinkKind, Option<u64>)> = BTreeMap::new();

@@ -111,6 +111,14 @@ impl Vendor for Nvidia {
             ),
             _ => keep.push(crate::plugin::Keep::File(RECORDED_NVML.into())),
         }
+        // Its readings too (error counters, for the health verdict), likewise.
+        match host.nvml().and_then(|n| n.metrics()) {
+            Some(m) => keep.extend(serde_json::to_string_pretty(&m).ok().map(|json| crate::plugin::Keep::Record {
+                path: metrics::RECORDED.into(),
+                bytes: json.into_bytes(),
+            })),
+            None => keep.push(crate::plugin::Keep::File(metrics::RECORDED.into())),
+        }
         keep
     }
 
