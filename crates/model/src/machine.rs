@@ -260,11 +260,11 @@ pub struct Accelerator {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
     pub state: HealthState,
-    /// Why it is unhealthy or unknown (`uncorrectable ECC errors: 3`, `XID 79`, `PCIe link x8 of
-    /// x16`, `no error counters: NVML is not loaded`). Empty when healthy.
+    /// Why it is unhealthy or unknown (`3 uncorrectable ECC errors`, `PCIe link x8 of x16`, a
+    /// family's source that failed or is missing). Empty when healthy.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub reasons: Vec<String>,
-    /// The checks that ran (`pcie_link`, `nvidia:errors`, `plugin:ascend:health`).
+    /// The checks that ran: `pcie_link`, and `<plugin>:errors` for the reporting plugin's source.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub checked: Vec<String>,
     /// Checks a capture could not run because it holds no recording of their source (a
