@@ -117,6 +117,14 @@ class Planner:
     def release(self, allocation_id: int) -> None:
         _call(self._native.release, allocation_id)
 
+    def repair(self, allocation_id: int, lost_bundles: list[int]) -> dict[str, Any]:
+        """Places the lost bundles of an allocation again inside the same domain (sub-group,
+        `same` or scale-up domain) and returns the whole placement; raises `Infeasible` with
+        the reason when the domain has no room. Their old devices stay taken, as failed hardware
+        should, and their nodes are avoided; `sync_free(node, devices)` returns them when they
+        are back."""
+        return _object(_call(self._native.repair, allocation_id, [int(b) for b in lost_bundles]))
+
     def mark_used(self, node: str, devices: list[str]) -> None:
         """Marks devices (ids or labels such as "GPU3") as used outside the planner."""
         _call(self._native.mark_used, node, list(devices))

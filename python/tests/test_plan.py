@@ -162,14 +162,14 @@ def test_impossible_request_returns_at_once_with_a_bounded_search():
 
 def test_planning_releases_the_gil():
     # Regression: the binding held the GIL while planning, freezing every other thread of a Ray
-    # driver. A thread plans, 50 times, a request whose search runs to its step budget (a few ms
-    # each), while this thread stamps the time whenever it runs (taking a stamp needs the GIL).
-    # A call that held the GIL could see at most one stamp inside it (one taken after the
-    # thread's start time but before the call began); two in one call mean it let the GIL go.
-    nodes = {"mi300x": 40, "dgx-h100": 40, "hgx-b200": 40}
-    cluster = accel.cluster(nodes, rack_size=1)
+    # driver. A thread plans, 50 times, a request whose exact multi-bundle search runs to its
+    # step budget in each of 8 racks of 8 nodes (tens of ms each), while this thread stamps the
+    # time whenever it runs (taking a stamp needs the GIL). A call that held the GIL could see at
+    # most one stamp inside it (one taken after the thread's start time but before the call
+    # began); two in one call mean it let the GIL go.
+    cluster = accel.cluster({"dgx-h100": 64}, rack_size=8)
     planner = accel.Planner(cluster)
-    request = {"bundles": [{"count": 3, "connectivity": "scale-up"}] * 8, "same": "rack"}
+    request = {"bundles": [{"count": 1}] * 6, "same": "rack"}
     spans: list[tuple[float, float]] = []
     stamps: list[float] = []
     done = threading.Event()
@@ -245,3 +245,23 @@ def test_unhealthy_devices_are_left_out_of_plans_and_ray_resources():
     allowing = aray.allow_unknown_health(m)
     assert aray.node_spec(allowing, "n0")["labels"]["accel.io/unhealthy-devices"] == "GPU2"
     assert len(accel.plan({"nodes": [{"name": "n0", "machine": allowing}]}, {"bundles": [{"count": 7}]})["bundles"][0]["devices"]) == 7
+
+
+def test_repair_places_a_lost_bundle_again_inside_its_clique_or_says_why():
+    # Two NVL72 cliques of three trays each; a gang of two trays in one clique loses one tray.
+    planner = accel.Planner(accel.cluster({"gb200-nvl72-tray": 6}, clique_trays=3))
+    gang = {"bundles": [{"count": 4, "connectivity": "scale-up"}] * 2, "same": "nvlink_clique", "strategy": "spread"}
+    placed = planner.allocate(gang)
+    clique = {b["node"] for b in placed["bundles"]}
+    lost = placed["bundles"][1]["node"]
+    fixed = planner.repair(placed["id"], [1])
+    assert fixed["id"] == placed["id"]
+    assert fixed["bundles"][0] == placed["bundles"][0]
+    assert fixed["bundles"][1]["node"] not in clique
+    label = {n["name"]: n["labels"]["nvlink_clique"] for n in planner.cluster["nodes"]}
+    assert label[fixed["bundles"][1]["node"]] == label[lost]
+    # The lost tray's devices stay out until they are synced back.
+    assert planner.free_devices(lost) == []
+    # The clique now has no free tray left: losing another bundle cannot be repaired in it.
+    with pytest.raises(accel.Infeasible, match="inside nvlink_clique="):
+        planner.repair(placed["id"], [1])

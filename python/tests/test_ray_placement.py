@@ -295,3 +295,73 @@ class Affinity:
         return {"cpus": sorted(os.sched_getaffinity(0))} | {
             k: os.environ.get(k) for k in ("NCCL_IB_HCA", "UCX_NET_DEVICES", "ACCEL_CPUS")
         }
+
+
+# --- training gangs: tensor-parallel sub-groups in one NVLink clique each (accel.ray.gang) -----
+
+GB200 = "nvidia-gb200"
+CLIQUE_LABEL = "accel.io/nvlink-clique"  # node_spec's label for the tray's NVLink clique
+
+
+def _wait_free(cluster, nodes, count, timeout_s=60):
+    """Waits until each of `nodes` has its first `count` NVIDIA devices free in Ray (a removed
+    group gives its resources back asynchronously)."""
+    names = [aray.device_resource("nvidia", i) for i in range(count)]
+    deadline = time.monotonic() + timeout_s
+    while any(len(_free(cluster[n], names)) < count for n in nodes) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+@ray.remote(num_cpus=0)
+class Rank:
+    """One rank of a gang: reports its node and its devices."""
+
+    def where(self):
+        return {"node_id": ray.get_runtime_context().get_node_id(), "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def test_gang_sub_groups_each_land_in_one_nvlink_clique(cluster):
+    trays = ["nvl-a0", "nvl-b0", "nvl-b1"]
+    _wait_free(cluster, trays, 4)
+    clique_of = {n["NodeID"]: n["Labels"].get(CLIQUE_LABEL) for n in ray.nodes() if n["Alive"]}
+    assert {clique_of[cluster[t]] for t in trays} == {"clique-a", "clique-b"}
+    # Three tensor-parallel groups of four GB200 GPUs: clique-a holds one, clique-b two.
+    apg = aray.placement_group(
+        aray.gang({"count": 1, "sku": [GB200]}, groups=3, group_size=4, within="nvlink_clique", replicas="pack")
+    )
+    try:
+        ranks = [Rank.options(**apg.options(i)).remote() for i in range(apg.bundle_count)]
+        try:
+            seen = ray.get([r.where.remote() for r in ranks], timeout=300)
+        finally:
+            for r in ranks:
+                ray.kill(r)
+        groups = aray.gang_groups(apg.placement)
+        assert sorted(sorted(g) for g in groups) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+        cliques = []
+        for group in groups:
+            # Where the actors really run, by the Ray labels of their nodes.
+            real = {clique_of[seen[i]["node_id"]] for i in group}
+            assert len(real) == 1, (group, real)
+            assert {apg.placement["bundles"][i]["domain"] for i in group} == real
+            cliques += real
+        assert sorted(cliques) == ["clique-a", "clique-b", "clique-b"]
+        for i in range(apg.bundle_count):
+            assert seen[i]["node_id"] == cluster[apg.node(i)]
+            assert seen[i]["CUDA_VISIBLE_DEVICES"] == _uuids(apg.node(i), apg.devices(i))
+    finally:
+        apg.remove()
+
+
+def test_gang_whose_sub_groups_fit_no_clique_is_infeasible_without_a_pending_group(cluster):
+    _wait_free(cluster, ["nvl-a0", "nvl-b0", "nvl-b1"], 4)
+    gang = aray.gang({"count": 1, "sku": [GB200]}, groups=2, group_size=6, within="nvlink_clique", replicas="pack")
+    # The twelve bundles fit the twelve GB200 GPUs; two groups of six do not (clique-a has four).
+    assert len(accel.plan(aray.cluster_from_ray(), {"bundles": gang["bundles"]})["bundles"]) == 12
+    before = len(placement_group_table())
+    with pytest.raises(accel.Infeasible) as err:
+        aray.placement_group(gang)
+    assert err.value.constraint == "groups", err.value  # not `free`: every GB200 GPU is free
+    assert len(placement_group_table()) == before
+    pending = [pg for pg in placement_group_table().values() if pg["state"] not in ("REMOVED", "CREATED")]
+    assert pending == []

@@ -9,8 +9,8 @@ use std::time::Instant;
 use accel_model::Machine;
 use accel_plan::XorShift;
 use accel_plan::{
-    Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, Placement, PlanError, Planner, Request,
-    Strategy,
+    Bundle, Cluster, ClusterNode, Connectivity, Groups, MachineRef, NicDistance, Placement, PlanError, Planner,
+    Request, Strategy, Within,
 };
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -27,6 +27,11 @@ pub struct ClusterArgs {
     /// Trays per NVLink clique for samples with an `nvlink_clique` domain (NVL72: 18 trays).
     #[arg(long, value_name = "N", default_value_t = 18)]
     pub clique_trays: usize,
+    /// The fabric's switch tiers: a Slurm `topology.conf` (tree or block) or accel's topology
+    /// JSON (`.json`, docs/placement.md). Each node gets its leaf/spine/core (or block) labels
+    /// and the cluster its `tiers`; nodes are matched by name.
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -38,6 +43,9 @@ pub struct PlanArgs {
     /// (docs/placement.md).
     #[arg(long, value_name = "FILE")]
     pub request: PathBuf,
+    /// Fabric tiers to apply to the cluster first (as `accel cluster --topology`).
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
     /// Print the placement (or the explanation) as JSON.
     #[arg(long)]
     pub json: bool,
@@ -84,7 +92,26 @@ pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
     if let Some(size) = args.rack_size {
         cluster.label_racks(size);
     }
+    if let Some(path) = &args.topology {
+        apply_topology(&mut cluster, path)?;
+    }
     Ok(cluster)
+}
+
+/// Reads a fabric topology (Slurm `topology.conf`, or accel's JSON when the name ends in
+/// `.json`) and writes its tiers onto the cluster's nodes; warnings go to stderr.
+fn apply_topology(cluster: &mut Cluster, path: &PathBuf) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading topology {}", path.display()))?;
+    let fabric = if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        accel_plan::fabric::Fabric::from_json(&text)
+    } else {
+        accel_plan::fabric::Fabric::from_slurm_conf(&text)
+    }
+    .with_context(|| format!("topology {}", path.display()))?;
+    for w in fabric.apply(cluster).with_context(|| format!("applying topology {}", path.display()))? {
+        eprintln!("warning: topology {}: {w}", path.display());
+    }
+    Ok(())
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &PathBuf, what: &str) -> Result<T> {
@@ -107,7 +134,10 @@ fn read_request(path: &PathBuf) -> Result<Request> {
 
 /// `accel plan`: prints the placement, or fails with the planner's explanation.
 pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
-    let cluster: Cluster = read_json(&args.cluster, "cluster")?;
+    let mut cluster: Cluster = read_json(&args.cluster, "cluster")?;
+    if let Some(path) = &args.topology {
+        apply_topology(&mut cluster, path)?;
+    }
     let request = read_request(&args.request)?;
     let mut planner = Planner::new(&cluster)?;
     match planner.plan(&request) {
@@ -232,6 +262,12 @@ fn bench_cluster(nodes: usize) -> Result<Cluster> {
             .map_or("dgx-h100", |(n, _)| n);
         let mut labels = BTreeMap::new();
         labels.insert("rack".to_owned(), format!("r{}", i / 32));
+        // A fat tree above the racks: a leaf switch per rack, a spine per 16 racks, a core per
+        // 16 spines (topograph's label keys).
+        for (tier, size) in accel_plan::fabric::TOPOGRAPH_TIERS.iter().zip([32, 512, 8192]) {
+            let short = tier.rsplit('/').next().unwrap_or(tier);
+            labels.insert((*tier).to_owned(), format!("{short}{}", i / size));
+        }
         // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack.
         for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(|d| d.scale_up) {
             labels.insert(d.kind.as_str().to_owned(), format!("{}-{}", d.kind.as_str(), i / 32));
@@ -246,25 +282,48 @@ fn bench_cluster(nodes: usize) -> Result<Cluster> {
     Ok(cluster)
 }
 
-fn bench_request(rng: &mut Rng) -> Request {
-    let mut req = Request { bundles: Vec::new(), same: None, strategy: Strategy::Pack, select: BTreeMap::new() };
-    match rng.below(100) {
-        0..=39 => req.bundles.push(Bundle::new(1 + rng.below(2) as u32)),
-        40..=64 => req.bundles.push(Bundle::new(4).connectivity(Connectivity::ScaleUp)),
-        65..=79 => req.bundles.push(Bundle::new(8).connectivity(Connectivity::ScaleUp)),
-        80..=89 => {
+/// One request of the benchmark's stream, and its kind's name. `scale_up` is the domain kind of
+/// the scale-up domains that span nodes (the NVL72 trays').
+fn bench_request(rng: &mut Rng, scale_up: &str) -> (&'static str, Request) {
+    let mut req = Request::default();
+    let kind = match rng.below(100) {
+        0..=37 => {
+            req.bundles.push(Bundle::new(1 + rng.below(2) as u32));
+            "small"
+        }
+        38..=61 => {
+            req.bundles.push(Bundle::new(4).connectivity(Connectivity::ScaleUp));
+            "4 scale-up"
+        }
+        62..=75 => {
+            req.bundles.push(Bundle::new(8).connectivity(Connectivity::ScaleUp));
+            "8 scale-up"
+        }
+        76..=85 => {
             let mut b = Bundle::new(2);
             b.nic = Some(NicDistance::Pxb);
             b.same_numa = true;
             req.bundles.push(b);
+            "2 near a NIC"
         }
-        _ => {
+        86..=93 => {
             req.bundles = vec![Bundle::new(4).connectivity(Connectivity::ScaleUp); 2];
             req.same = Some("rack".into());
             req.strategy = Strategy::Spread;
+            "2x4 in a rack"
         }
-    }
-    req
+        _ => {
+            // A training gang: 2 or 4 tensor-parallel groups of 2 trays' 4 GPUs each, every
+            // group inside one NVLink domain, the replicas in different ones, under one spine
+            // if possible (a soft tier cap).
+            let groups = 2 * (1 + rng.below(2));
+            req.bundles = vec![Bundle::new(4).connectivity(Connectivity::ScaleUp); groups * 2];
+            req.groups = Some(Groups { size: 2, same: scale_up.into(), replicas: Strategy::Spread });
+            req.within = Some(Within { tier: "spine".into(), hard: false });
+            "TP groups"
+        }
+    };
+    (kind, req)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -312,12 +371,7 @@ fn against_first_fit() -> Result<serde_json::Value> {
         let planner_state = Planner::new(&cluster)?;
         let Some((ff_node, ff_devs)) = first_fit(&planner_state, &cluster, count) else { continue };
         let mut planner = Planner::new(&cluster)?;
-        let ours = planner.plan(&Request {
-            bundles: vec![Bundle::new(count as u32)],
-            same: None,
-            strategy: Strategy::Pack,
-            select: BTreeMap::new(),
-        })?;
+        let ours = planner.plan(&Request::new(vec![Bundle::new(count as u32)]))?;
         let ids: Vec<&str> = ff_devs.iter().map(String::as_str).collect();
         let ff = planner.score_of(&ff_node, &ids)?;
         let b = &ours.bundles[0];
@@ -354,6 +408,14 @@ pub fn bench(args: &BenchPlanArgs, out: &mut impl Write) -> Result<()> {
     let started = Instant::now();
     let cluster = bench_cluster(args.nodes)?;
     let mut planner = Planner::new(&cluster)?;
+    let scale_up = cluster
+        .machines
+        .get("gb200-nvl72-tray")
+        .into_iter()
+        .flat_map(|m| &m.domains)
+        .find(|d| d.scale_up)
+        .map(|d| d.kind.as_str().to_owned())
+        .context("the benchmark's NVL72 tray sample has no scale-up domain")?;
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     let total_devices: usize =
         cluster.nodes.iter().map(|n| cluster.machine(n).map_or(0, |m| m.accelerators.len())).sum();
@@ -362,13 +424,14 @@ pub fn bench(args: &BenchPlanArgs, out: &mut impl Write) -> Result<()> {
     let mut used = 0usize;
     let mut times = Vec::with_capacity(args.requests);
     let (mut infeasible, mut multi) = (0usize, 0usize);
+    let mut by_kind: BTreeMap<&str, (Vec<f64>, usize)> = BTreeMap::new();
     // Fill to about 70% before the timed stream, then keep it there: each step releases one
     // allocation at random when above the target and places one new request.
     let target = total_devices * 7 / 10;
     let mut step = 0usize;
     while used < target && step < total_devices {
         step += 1;
-        let req = bench_request(&mut rng);
+        let (_, req) = bench_request(&mut rng, &scale_up);
         if let Ok(p) = planner.allocate(&req) {
             let n: usize = p.bundles.iter().map(|b| b.devices.len()).sum();
             used += n;
@@ -382,11 +445,15 @@ pub fn bench(args: &BenchPlanArgs, out: &mut impl Write) -> Result<()> {
             planner.release(id)?;
             used -= n;
         }
-        let req = bench_request(&mut rng);
+        let (kind, req) = bench_request(&mut rng, &scale_up);
         multi += usize::from(req.bundles.len() > 1);
         let t = Instant::now();
         let result = planner.allocate(&req);
-        times.push(t.elapsed().as_secs_f64() * 1e3);
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        times.push(ms);
+        let entry = by_kind.entry(kind).or_insert_with(|| (Vec::new(), 0usize));
+        entry.0.push(ms);
+        entry.1 += usize::from(result.is_err());
         match result {
             Ok(p) => {
                 let n: usize = p.bundles.iter().map(|b| b.devices.len()).sum();
@@ -414,6 +481,11 @@ pub fn bench(args: &BenchPlanArgs, out: &mut impl Write) -> Result<()> {
         "build_ms": build_ms,
         "fill_ms": fill_ms,
         "vs_first_fit": against_first_fit()?,
+        "by_kind": by_kind.iter_mut().map(|(k, (t, bad))| {
+            t.sort_by(f64::total_cmp);
+            (k.to_string(), json!({"requests": t.len(), "infeasible": bad, "p50_ms": percentile(t, 0.5),
+                "p99_ms": percentile(t, 0.99), "max_ms": t.last().copied().unwrap_or(0.0)}))
+        }).collect::<serde_json::Map<_, _>>(),
     });
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;

@@ -23,6 +23,49 @@ pub struct Cluster {
     /// How device health counts for placement.
     #[serde(default, skip_serializing_if = "HealthPolicy::is_default")]
     pub health: HealthPolicy,
+    /// The fabric's switch tiers above the node, lowest first, as node label keys
+    /// (`network.topology.nvidia.com/leaf`, `.../spine`, `.../core`, or `block`). Empty: the
+    /// tiers [`crate::fabric::default_tiers`] finds in the nodes' labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<String>,
+    /// Domain bin-packing: how strongly placement prefers partly used domains, so that whole
+    /// ones stay free for large gangs.
+    #[serde(default, skip_serializing_if = "BinPack::is_default")]
+    pub binpack: BinPack,
+}
+
+/// Domain bin-packing: a bundle that takes devices from a domain of one of `kinds` whose devices
+/// are all free pays `weight` (the score's other terms are in docs/placement.md). `weight: 0`
+/// turns it off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BinPack {
+    #[serde(default = "default_binpack_weight")]
+    pub weight: f64,
+    /// Domain kinds (label keys) it applies to. Empty: the scale-up domains that span nodes
+    /// (`nvlink_clique`, `tpu_slice`, `xgmi_hive`... whichever the nodes carry).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
+}
+
+/// The default bin-packing weight: more than any score difference between two placements of a
+/// small bundle inside one node type, less than a NUMA or NIC preference.
+pub const W_BINPACK: f64 = 40.0;
+
+fn default_binpack_weight() -> f64 {
+    W_BINPACK
+}
+
+impl Default for BinPack {
+    fn default() -> BinPack {
+        BinPack { weight: W_BINPACK, kinds: Vec::new() }
+    }
+}
+
+impl BinPack {
+    fn is_default(&self) -> bool {
+        *self == BinPack::default()
+    }
 }
 
 /// How device health counts for placement. Unhealthy devices are never placed; devices whose

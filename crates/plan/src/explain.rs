@@ -14,9 +14,9 @@ pub(crate) trait View {
     fn node_name(&self, node: usize) -> &str;
     fn free_mask(&self, node: usize) -> u64;
     fn meter(&self) -> &Meter;
-    fn selected_nodes(&self, request: &Request) -> Vec<usize>;
-    /// One representative node per interchangeable group among `nodes`.
-    fn representatives(&self, nodes: &[usize]) -> Vec<usize>;
+    /// One node per interchangeable class among the nodes `select` allows (empty when it
+    /// allows none).
+    fn representatives(&self, request: &Request) -> Vec<usize>;
     /// A one-line summary of the placement of `request`, if it can be placed.
     fn plan_summary(&mut self, request: &Request) -> Option<String>;
 }
@@ -201,8 +201,8 @@ fn diagnose(p: &impl View, nodes: &[usize], b: usize, bundle: &Bundle) -> Option
 /// Why `request` cannot be met on any of the `units` candidate domains the planner tried,
 /// given its best partial decision.
 pub(crate) fn explain(p: &mut impl View, request: &Request, units: usize, best_partial: Option<Partial>) -> PlanError {
-    let selected = p.selected_nodes(request);
-    if selected.is_empty() {
+    let reps = p.representatives(request);
+    if reps.is_empty() {
         let want: Vec<String> = request.select.iter().map(|(k, v)| format!("{k}={v}")).collect();
         return PlanError::Infeasible(Infeasible {
             bundle: None,
@@ -212,8 +212,11 @@ pub(crate) fn explain(p: &mut impl View, request: &Request, units: usize, best_p
             budget_exhausted: false,
         });
     }
-    let reps = p.representatives(&selected);
     for (b, bundle) in request.bundles.iter().enumerate() {
+        // A gang repeats one bundle: diagnosing it once says all there is.
+        if request.bundles[..b].contains(bundle) {
+            continue;
+        }
         if let Some(why) = diagnose(p, &reps, b, bundle) {
             return PlanError::Infeasible(why);
         }

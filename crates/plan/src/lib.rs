@@ -9,6 +9,8 @@
 
 mod cluster;
 mod explain;
+pub mod fabric;
+mod index;
 pub mod names;
 mod planner;
 mod request;
@@ -21,10 +23,11 @@ use std::fmt;
 use serde::Serialize;
 
 pub use cluster::{
-    machine_domains, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth, MAX_DEVICES_PER_NODE,
+    machine_domains, BinPack, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth, MAX_DEVICES_PER_NODE,
+    W_BINPACK,
 };
-pub use planner::{BundlePlacement, PlacedDevice, Placement, Planner, W_PACK};
-pub use request::{Bundle, Connectivity, NicDistance, Request, Strategy};
+pub use planner::{BundlePlacement, DeviceSet, PlacedDevice, Placement, Planner, DOMAIN_CANDIDATES, W_PACK};
+pub use request::{Bundle, Connectivity, Groups, NicDistance, Request, Strategy, Within};
 pub use rng::XorShift;
 pub use score::Breakdown;
 pub use search::SEARCH_BUDGET;

@@ -69,7 +69,12 @@ impl Known {
                 }
             }
         }
-        let named = request.same.iter().map(|k| ("domain", k)).chain(request.select.keys().map(|k| ("label", k)));
+        let named = request
+            .same
+            .iter()
+            .map(|k| ("domain", k))
+            .chain(request.select.keys().map(|k| ("label", k)))
+            .chain(request.groups.iter().map(|g| ("domain", &g.same)));
         for (field, key) in named.filter(|(_, k)| !self.kind.contains(*k)) {
             if let Some(s) = suggest(key, self.kind.iter().map(String::as_str)) {
                 return Err(unknown(field, key, Some(s), &self.kind));

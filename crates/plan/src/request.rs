@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A list of bundles to place together, all or nothing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
     pub bundles: Vec<Bundle>,
@@ -23,6 +23,47 @@ pub struct Request {
     /// `node` names one node, which then holds every bundle.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub select: BTreeMap<String, String>,
+    /// Sub-group affinity: the bundles, in request order, form sub-groups of `size` bundles, and
+    /// each sub-group lands inside one domain of kind `same` (a tensor-parallel group in one
+    /// NVLink domain), while the sub-groups (data-parallel replicas) spread or pack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Groups>,
+    /// A tier cap: every bundle under one switch of this fabric tier (`leaf`, `spine`, `core`,
+    /// `block`, or any tier key of the cluster's `tiers`), hard or soft.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<Within>,
+}
+
+/// Sub-groups of a gang: consecutive runs of `size` bundles, each inside one domain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Groups {
+    /// Bundles per sub-group; the request's bundle count must be a multiple of it.
+    pub size: u32,
+    /// The domain kind (or label key) each sub-group stays inside: `nvlink_clique`, `rack`,
+    /// `block`, `node`...
+    pub same: String,
+    /// `spread` puts every sub-group in a different domain; `pack` (the default) lets sub-groups
+    /// share one and prefers domains earlier sub-groups already use.
+    #[serde(default)]
+    pub replicas: Strategy,
+}
+
+/// Stay under one switch of a fabric tier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Within {
+    /// A tier of the cluster's fabric (`leaf`, `spine`, `core`; or its full label key).
+    pub tier: String,
+    /// Hard (the default): infeasible unless every bundle shares one switch of this tier. Soft:
+    /// prefer that, else the lowest tier above it that holds the gang, else anywhere; the
+    /// placement says which tier it spans.
+    #[serde(default = "yes")]
+    pub hard: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,6 +215,11 @@ impl fmt::Display for NicDistance {
 }
 
 impl Request {
+    /// A request for `bundles` with no other constraint.
+    pub fn new(bundles: Vec<Bundle>) -> Request {
+        Request { bundles, ..Request::default() }
+    }
+
     /// Parses a request from JSON text.
     pub fn from_json(text: &str) -> Result<Request, serde_json::Error> {
         serde_json::from_str(text)

@@ -20,7 +20,7 @@ fn cluster(nodes: &[(&str, Spec)]) -> Cluster {
                 allocated: Vec::new(),
             })
             .collect(),
-        health: Default::default(),
+        ..Default::default()
     }
 }
 

@@ -89,6 +89,14 @@ impl PyPlanner {
         self.inner.release(id).map_err(plan_error)
     }
 
+    /// Places the lost bundles of an allocation again inside their domain; returns the whole
+    /// placement as JSON, or raises with the explanation.
+    fn repair(&mut self, py: Python<'_>, id: u64, lost: Vec<usize>) -> PyResult<String> {
+        let inner = &mut self.inner;
+        let placement = py.detach(|| inner.repair(id, &lost)).map_err(plan_error)?;
+        serde_json::to_string(&placement).map_err(to_py(|m| placement_error(m, "{}".into())))
+    }
+
     /// Marks devices (ids or labels such as `GPU3`) as used outside the planner.
     fn mark_used(&mut self, node: &str, devices: Vec<String>) -> PyResult<()> {
         let ids: Vec<&str> = devices.iter().map(String::as_str).collect();

@@ -471,6 +471,7 @@ const VENDOR_EXCEPTIONS: &[(&str, &str)] = &[
     ("crates/discover/src/lib.rs", "the `nvml` feature in the build's feature list"),
     // topograph's label namespace is that tool's name for its labels (network.topology.nvidia.com).
     ("crates/export/src/nfd.rs", "topograph's label namespace"),
+    ("crates/plan/src/fabric.rs", "topograph's tier label keys"),
     // The maturity page's command names the example external plugin.
     ("crates/discover/src/conformance.rs", "the maturity page's command"),
 ];
