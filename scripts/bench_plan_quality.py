@@ -5,7 +5,7 @@ the planner with and without domain bin-packing and under first fit. Builds
 `accel-plan-quality` in release, runs `ilp` and `frag`, and writes the section between the
 `bench:plan-quality` markers of docs/BENCHMARKS.md.
 
-    python3 scripts/bench_plan_quality.py [--instances 200] [--streams 4] [--groups] [--no-write]
+    python3 scripts/bench_plan_quality.py [--instances 200] [--streams 4] [--no-groups] [--no-write]
 """
 
 import argparse
@@ -56,7 +56,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--instances", type=int, default=200)
     ap.add_argument("--streams", type=int, default=4)
-    ap.add_argument("--groups", action="store_true", help="also run requests with sub-groups and tier caps")
+    ap.add_argument(
+        "--no-groups", dest="groups", action="store_false", help="leave out requests with sub-groups and tier caps"
+    )
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
 
@@ -76,7 +78,7 @@ def main():
         extended = f"""
 Requests with sub-groups (`groups`: consecutive bundles in one rack, node or NVLink clique,
 replicas spread or packed) or a hard tier cap (`within` leaf or spine), from the same run
-(`--groups`); the ILP encodes them with an indicator per (sub-group, domain) and per tier
+(the default; `--no-groups` leaves them out); the ILP encodes them with an indicator per (sub-group, domain) and per tier
 switch. "Planner placement invalid" counts placements that break them:
 
 | | |
@@ -132,7 +134,8 @@ each, one `nvlink_clique` each) and {frag['others']} 8-GPU boxes (dgx-h100, hgx-
 {frag['streams']} seeded streams of {frag['hours']:.0f} hours ({frag['jobs']:,} jobs in all), Poisson arrivals offering {frag['load']:.0%}
 of the cluster: 80% small jobs (1-4 GPUs, one scale-up bundle, mean 1 h), 17% gangs (2-8
 bundles of 4 in one NVLink clique, mean 3 h), 3% whole-domain jobs (18 bundles of 4, mean 6 h);
-exponential durations. Each placer gets the identical streams; a job that does not fit when it
+exponential durations. The nodes are in a seeded random order, as Ray lists nodes by their
+random node ids (not by rack). Each placer gets the identical streams; a job that does not fit when it
 arrives is dropped (no queue). Shares are time-weighted over hours {frag['warmup_hours']:.0f}-{frag['hours']:.0f} (the first
 hours fill the cluster from empty) and averaged over the streams; counts are summed. First fit
 takes the first node in index order with enough free devices and its lowest free devices, and

@@ -103,3 +103,15 @@ pub fn nvl72(domains: usize, others: usize) -> Result<Cluster> {
     }
     Ok(cluster)
 }
+
+/// [`nvl72`] with its nodes in a random (seeded) order, as Ray lists nodes: by their random node
+/// ids, not by rack. First fit and the planner's index-order ties then see the same order.
+pub fn nvl72_shuffled(domains: usize, others: usize, seed: u64) -> Result<Cluster> {
+    let mut cluster = nvl72(domains, others)?;
+    let mut rng = XorShift::new(seed);
+    for i in (1..cluster.nodes.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        cluster.nodes.swap(i, j);
+    }
+    Ok(cluster)
+}

@@ -323,7 +323,7 @@ pub struct Report {
 
 /// Runs `streams` streams (seeds `cfg.seed` on) once per placer in `placers`.
 pub fn run(cfg: &Config, streams: usize, placers: &[Placer]) -> Result<Report> {
-    let cluster = clusters::nvl72(cfg.domains, cfg.others)?;
+    let cluster = clusters::nvl72_shuffled(cfg.domains, cfg.others, cfg.seed)?;
     let view = View::new(&cluster)?;
     let mut per_stream = Vec::new();
     let mut jobs = 0;

@@ -5,8 +5,8 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use accel_plan::{Cluster, ClusterNode, MachineRef, PlanError, Planner, Request};
-use support::{build, Spec};
+use accel_plan::{Cluster, ClusterNode, MachineRef, PlanError, Planner};
+use support::{build, infeasible, request, Spec};
 
 /// A GB200-like tray: 4 GPUs all joined at 1800 GB/s, in NVLink clique `clique`.
 fn tray(clique: &str) -> Spec {
@@ -35,17 +35,6 @@ fn cluster(nodes: &[NodeSpec]) -> Cluster {
             })
             .collect(),
         ..Cluster::default()
-    }
-}
-
-fn request(json: &str) -> Request {
-    Request::from_json(json).unwrap()
-}
-
-fn infeasible(e: PlanError) -> accel_plan::Infeasible {
-    match e {
-        PlanError::Infeasible(i) => i,
-        other => panic!("expected infeasible, got {other:?}"),
     }
 }
 

@@ -6,7 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use accel_plan::{Bundle, Cluster, ClusterNode, Connectivity, MachineRef, NicDistance, PlanError, Planner, Request};
-use support::{build, Spec};
+use support::{build, infeasible, request, Spec};
 
 fn cluster(nodes: &[(&str, Spec)]) -> Cluster {
     Cluster {
@@ -27,17 +27,6 @@ fn cluster(nodes: &[(&str, Spec)]) -> Cluster {
 fn labels(p: &accel_plan::Placement, bundle: usize) -> (String, String) {
     let b = &p.bundles[bundle];
     (b.node.clone(), b.devices.iter().map(|d| d.label.as_str()).collect::<Vec<_>>().join(","))
-}
-
-fn request(json: &str) -> Request {
-    Request::from_json(json).unwrap()
-}
-
-fn infeasible(e: PlanError) -> accel_plan::Infeasible {
-    match e {
-        PlanError::Infeasible(i) => i,
-        other => panic!("expected an infeasible request, got {other}"),
-    }
 }
 
 #[test]

@@ -87,6 +87,19 @@ impl Spec {
     }
 }
 
+/// A request from its JSON text.
+pub fn request(json: &str) -> accel_plan::Request {
+    accel_plan::Request::from_json(json).unwrap()
+}
+
+/// The explanation of an infeasible request; any other outcome fails the test.
+pub fn infeasible(e: accel_plan::PlanError) -> accel_plan::Infeasible {
+    match e {
+        accel_plan::PlanError::Infeasible(i) => i,
+        other => panic!("expected an infeasible request, got {other}"),
+    }
+}
+
 pub fn all_pairs(gpus: &[usize], gbps: f64) -> Vec<(usize, usize, f64)> {
     let mut out = Vec::new();
     for (i, &a) in gpus.iter().enumerate() {
