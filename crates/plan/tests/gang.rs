@@ -8,17 +8,6 @@ use std::collections::BTreeMap;
 use accel_plan::{Cluster, ClusterNode, MachineRef, PlanError, Planner};
 use support::{build, infeasible, request, Spec};
 
-/// A GB200-like tray: 4 GPUs all joined at 1800 GB/s, in NVLink clique `clique`.
-fn tray(clique: &str) -> Spec {
-    let mut s = Spec::dgx();
-    s.gpus = 4;
-    s.numa = vec![0, 0, 1, 1];
-    s.links = support::all_pairs(&[0, 1, 2, 3], 1800.0);
-    s.nics = (0..4).collect();
-    s.clique = Some(clique.to_owned());
-    s
-}
-
 /// A node: its name, its tray's clique, and its labels.
 type NodeSpec<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 
@@ -30,7 +19,7 @@ fn cluster(nodes: &[NodeSpec]) -> Cluster {
             .map(|(name, clique, labels)| ClusterNode {
                 name: (*name).to_owned(),
                 labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-                machine: MachineRef::Inline(Box::new(build(&tray(clique)))),
+                machine: MachineRef::Inline(Box::new(build(&Spec::tray(clique)))),
                 allocated: Vec::new(),
             })
             .collect(),
@@ -104,7 +93,7 @@ fn a_sub_group_never_straddles_even_when_the_greedy_plan_would() {
     // one clique, each group of 4 single GPUs stays in one clique.
     let mut c = three_cliques();
     // Take 3 GPUs of a0, so A has 1 + 4 + 4 free.
-    let a0 = build(&tray("A"));
+    let a0 = build(&Spec::tray("A"));
     c.nodes[0].allocated = a0.accelerators.iter().take(3).map(|a| a.id.clone()).collect();
     let mut p = Planner::new(&c).unwrap();
     let gang = request(
@@ -153,7 +142,7 @@ fn tiers_come_from_labels_and_distance_counts_them() {
 fn a_hard_tier_cap_holds_or_fails_and_a_soft_one_climbs() {
     let mut c = fat_tree();
     // n1 is full: spine s0 has only n0's 4 GPUs left.
-    c.nodes[1].allocated = build(&tray("B")).accelerators.iter().map(|a| a.id.clone()).collect();
+    c.nodes[1].allocated = build(&Spec::tray("B")).accelerators.iter().map(|a| a.id.clone()).collect();
     let mut p = Planner::new(&c).unwrap();
     let hard =
         request(r#"{"bundles": [{"count": 4}, {"count": 4}], "strategy": "spread", "within": {"tier": "spine"}}"#);
@@ -182,7 +171,7 @@ fn bin_packing_keeps_whole_domains_free() {
     // keeping B whole; with the bin-packing weight at 0 the node-level best fit still picks a0,
     // so take a case where it matters: a1 is free, in partly used A, and B is whole.
     let mut c = cluster(&[("a0", "A", &[]), ("a1", "A", &[]), ("b0", "B", &[]), ("b1", "B", &[])]);
-    let ids: Vec<String> = build(&tray("A")).accelerators.iter().map(|a| a.id.clone()).collect();
+    let ids: Vec<String> = build(&Spec::tray("A")).accelerators.iter().map(|a| a.id.clone()).collect();
     c.nodes[0].allocated = ids.clone();
     let plan = |c: &Cluster| {
         let mut p = Planner::new(c).unwrap();

@@ -101,15 +101,7 @@ fn nic_at_pix_picks_the_gpus_beside_a_nic() {
 
 #[test]
 fn gang_stays_in_one_clique() {
-    let tray = |clique: &str| {
-        let mut s = Spec::dgx();
-        s.gpus = 4;
-        s.numa = vec![0, 0, 1, 1];
-        s.links = support::all_pairs(&[0, 1, 2, 3], 1800.0);
-        s.nics = (0..4).collect();
-        s.clique = Some(clique.to_owned());
-        s
-    };
+    let tray = Spec::tray;
     let mut c = cluster(&[("a0", tray("A")), ("a1", tray("A")), ("b0", tray("B")), ("b1", tray("B"))]);
     c.nodes[0].allocated = vec![build(&tray("A")).accelerators[0].id.clone()];
     let mut p = Planner::new(&c).unwrap();

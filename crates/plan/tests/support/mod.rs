@@ -38,6 +38,17 @@ impl Spec {
         }
     }
 
+    /// A GB200-like tray: 4 GPUs all joined at 1800 GB/s, in NVLink clique `clique`.
+    pub fn tray(clique: &str) -> Spec {
+        let mut s = Spec::dgx();
+        s.gpus = 4;
+        s.numa = vec![0, 0, 1, 1];
+        s.links = all_pairs(&[0, 1, 2, 3], 1800.0);
+        s.nics = (0..4).collect();
+        s.clique = Some(clique.to_owned());
+        s
+    }
+
     /// Two xGMI hives of four, no NICs.
     pub fn two_hives() -> Spec {
         let mut links = all_pairs(&[0, 1, 2, 3], 200.0);
