@@ -78,7 +78,15 @@ pub fn default_tiers<'a>(label_keys: impl IntoIterator<Item = &'a str>) -> Vec<S
 /// under one leaf, 2 under one spine, 3 under one core, 4 apart. A tier one of them lacks is not
 /// shared. (The same node is the caller's 0: labels alone cannot tell.)
 pub fn tiers_crossed(tiers: &[String], a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> u32 {
-    let shared = tiers.iter().position(|t| matches!((a.get(t), b.get(t)), (Some(x), Some(y)) if x == y));
+    tiers_spanned(tiers, &[a, b])
+}
+
+/// The same for any number of nodes: the lowest tier whose one value every node carries.
+pub fn tiers_spanned(tiers: &[String], nodes: &[&BTreeMap<String, String>]) -> u32 {
+    let shared = tiers.iter().position(|t| {
+        let first = nodes.first().and_then(|n| n.get(t));
+        first.is_some() && nodes.iter().all(|n| n.get(t) == first)
+    });
     u32::try_from(shared.map_or(tiers.len() + 1, |i| i + 1)).unwrap_or(u32::MAX)
 }
 

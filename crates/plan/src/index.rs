@@ -27,8 +27,6 @@ pub(crate) struct Pair {
     pub classes: Classes,
     /// Free (usable) devices over its nodes.
     pub free: u64,
-    /// Usable devices over its nodes.
-    pub usable: u64,
     /// Nodes whose usable devices are not all free (bin-packing domains only).
     busy: u32,
     /// Nodes by free device count: `hist[c]` nodes have exactly `c` free.
@@ -106,7 +104,6 @@ impl Index {
                     value: v.clone(),
                     classes: Classes::new(),
                     free: 0,
-                    usable: 0,
                     busy: 0,
                     hist: vec![0; crate::MAX_DEVICES_PER_NODE + 1],
                 });
@@ -175,7 +172,6 @@ impl Index {
     ) {
         for i in 0..self.set_pairs[label_set].len() {
             let p = self.set_pairs[label_set][i];
-            self.pairs[p].usable += u64::from(usable.count_ones());
             self.pairs[p].hist[free.count_ones() as usize] += 1;
         }
         self.move_free(label_set, 0, free);

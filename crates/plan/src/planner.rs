@@ -401,14 +401,9 @@ impl Planner {
         if rest.iter().all(|&n| n == first) {
             return 0;
         }
-        let first_labels = &self.label_sets[self.nodes[first].labels];
-        for (k, tier) in self.tiers.iter().enumerate() {
-            let Some(v) = first_labels.get(tier) else { continue };
-            if rest.iter().all(|&n| self.label_sets[self.nodes[n].labels].get(tier) == Some(v)) {
-                return k as u32 + 1;
-            }
-        }
-        self.tiers.len() as u32 + 1
+        let labels: Vec<&BTreeMap<String, String>> =
+            nodes.iter().map(|&n| &self.label_sets[self.nodes[n].labels]).collect();
+        crate::fabric::tiers_spanned(&self.tiers, &labels)
     }
 
     /// Plans and commits: the devices stay taken until [`Planner::release`].
