@@ -45,8 +45,8 @@ cargo clippy --workspace --all-targets -q -- -D warnings
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 
-echo "== invariants: the model, discovery, the planner and the transport never pull in an async runtime or Python"
-for crate in accel-model accel-discover accel-plan accel-transport accel-export; do
+echo "== invariants: the model, discovery, the planners and the transport never pull in an async runtime or Python"
+for crate in accel-model accel-discover accel-plan accel-reshard accel-transport accel-export; do
   if cargo tree -q -p "$crate" -e normal | grep -E '\b(tokio|pyo3|async-std)\b'; then
     echo "error: $crate depends on an async runtime or pyo3" >&2
     exit 1

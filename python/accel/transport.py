@@ -24,7 +24,7 @@ import os
 import secrets
 from typing import Any
 
-from . import _native, _nixl
+from . import _native, _nixl, _syncmetrics
 
 # The core (references, put/get/empty/free, routes, the secret) lives in `_buffers`, which both
 # this module and `_channel` build on; this module re-exports its public names.
@@ -112,9 +112,10 @@ def stats() -> dict[str, Any]:
 
 def prometheus() -> str:
     """The Prometheus text exposition of stats() (served by the node agent): every transfer
-    series is labelled ``path`` and ``role`` (``fetch`` or ``serve``)."""
+    series is labelled ``path`` and ``role`` (``fetch`` or ``serve``); then this process's
+    weight-sync series (``accel_weight_sync_*``, see `accel.weights`), once it has synced."""
     _start()
-    return str(_native.transport_prometheus())
+    return str(_native.transport_prometheus()) + _syncmetrics.prometheus()
 
 
 def write_metrics(directory: str) -> str:

@@ -1,6 +1,6 @@
 """The agent's Ray-side pieces that need no cluster: the commands `accel.ray start --agent`
-runs, the Grafana dashboard and the Prometheus file-SD entry, and transport metrics of a real
-process served by a real agent."""
+runs, the Grafana dashboard and the Prometheus file-SD entry, and the transport and weight-sync
+metrics of a real process served by a real agent."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ import subprocess
 import time
 import urllib.request
 
+import numpy as np
+
 import accel.transport as transport
+from accel import weights
 from accel.ray import _agent
 from accel.ray._start import agent_commands
 
@@ -74,6 +77,13 @@ def test_transport_metrics_of_a_live_process_reach_the_agent(accel_bin, tmp_path
         assert bytes(transport.get(ref))[:1] == b"x"
     finally:
         transport.free(ref)
+    # One weight sync in this process (4 rows to 2 columns), so its series are written too.
+    model = {"w": ((8, 8), "f32")}
+    plan = weights.plan(weights.Layout.sharded(model, ranks=4, dim=0), weights.Layout.sharded(model, ranks=2, dim=1))
+    ships = [weights.Sender(plan.for_source(r)).publish(1, {"w": np.ones((2, 8), np.float32)}) for r in range(4)]
+    receiver = weights.Receiver(plan.for_destination(0))
+    receiver.receive(ships)
+    receiver.commit(1)
     path = transport.write_metrics(str(tmp_path))
     assert os.path.basename(path) == f"accel-transport-{os.getpid()}.prom"
     (tmp_path / "accel-transport-999999999.prom").write_text("accel_transport_live_buffers 7\n")  # no such process
@@ -96,5 +106,7 @@ def test_transport_metrics_of_a_live_process_reach_the_agent(accel_bin, tmp_path
         agent.terminate()
         agent.wait(timeout=10)
     assert f'accel_transport_transfers_total{{pid="{os.getpid()}",path=' in text, text
+    assert f'accel_weight_sync_steps_total{{pid="{os.getpid()}",role="receive",outcome="ok"}}' in text, text
+    assert f'accel_weight_sync_last_seconds{{pid="{os.getpid()}",role="receive",phase="pause"}}' in text
     assert "999999999" not in text, "a dead process's file is skipped"
     assert text.count("# TYPE accel_transport_transfers_total counter") == 1

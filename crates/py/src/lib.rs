@@ -7,6 +7,7 @@
 mod discover;
 mod errors;
 mod plan;
+mod reshard;
 mod transport;
 
 use pyo3::prelude::*;
@@ -17,6 +18,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     discover::register(m)?;
     plan::register(m)?;
+    reshard::register(m)?;
     transport::register(m)?;
     Ok(())
 }

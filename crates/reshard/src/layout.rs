@@ -1,0 +1,134 @@
+//! Layouts: the tensors of a model and the box of each tensor that each rank holds, and their
+//! validation (boxes inside the shape, known tensors, known dtypes).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{dtype, Error};
+
+/// One tensor of the model: its global shape and element type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    pub name: String,
+    pub shape: Vec<u64>,
+    pub dtype: String,
+}
+
+/// One rank: the host it runs on (ranks on one host share memory; empty: a host of its own) and
+/// the box it holds of each tensor, `[start, stop)` per dimension. A tensor it does not name, or
+/// an empty box, it does not hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankSpec {
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub slices: BTreeMap<String, Vec<[u64; 2]>>,
+}
+
+/// A sharded model state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layout {
+    pub tensors: Vec<TensorSpec>,
+    pub ranks: Vec<RankSpec>,
+}
+
+/// A box: `[lo, hi)` per dimension.
+pub(crate) type Boxed = Vec<[u64; 2]>;
+
+pub(crate) fn volume(b: &[[u64; 2]]) -> u64 {
+    b.iter().map(|[lo, hi]| hi - lo).product()
+}
+
+pub(crate) fn intersect(a: &[[u64; 2]], b: &[[u64; 2]]) -> Option<Boxed> {
+    a.iter()
+        .zip(b)
+        .map(|(&[alo, ahi], &[blo, bhi])| {
+            let (lo, hi) = (alo.max(blo), ahi.min(bhi));
+            (lo < hi).then_some([lo, hi])
+        })
+        .collect()
+}
+
+pub(crate) fn show(b: &[[u64; 2]]) -> String {
+    let dims: Vec<String> = b.iter().map(|[lo, hi]| format!("{lo}:{hi}")).collect();
+    format!("[{}]", dims.join(", "))
+}
+
+impl Layout {
+    /// Checks every name, dtype and box; `side` names the layout in errors.
+    pub fn validate(&self, side: &'static str) -> Result<(), Error> {
+        let bad = |message: String| Error::Layout { side, message };
+        if self.ranks.is_empty() {
+            return Err(bad("it has no ranks".into()));
+        }
+        let mut shapes: BTreeMap<&str, &[u64]> = BTreeMap::new();
+        for t in &self.tensors {
+            if dtype::itemsize(&t.dtype).is_none() {
+                let known: Vec<&str> = dtype::DTYPES.iter().map(|d| d.0).collect();
+                return Err(bad(format!(
+                    "tensor {:?}: unknown dtype {:?} (known: {})",
+                    t.name,
+                    t.dtype,
+                    known.join(", ")
+                )));
+            }
+            if shapes.insert(&t.name, &t.shape).is_some() {
+                return Err(bad(format!("tensor {:?} is listed twice", t.name)));
+            }
+        }
+        for (r, rank) in self.ranks.iter().enumerate() {
+            for (name, b) in &rank.slices {
+                let Some(shape) = shapes.get(name.as_str()) else {
+                    return Err(bad(format!("rank {r} holds {name:?}, which is not among the tensors")));
+                };
+                if b.len() != shape.len() {
+                    return Err(bad(format!(
+                        "rank {r}, tensor {name:?}: a box of {} dimension(s) for a tensor of {}",
+                        b.len(),
+                        shape.len()
+                    )));
+                }
+                for (d, (&[lo, hi], &n)) in b.iter().zip(shape.iter()).enumerate() {
+                    if lo > hi || hi > n {
+                        return Err(bad(format!(
+                            "rank {r}, tensor {name:?}, dimension {d}: {lo}:{hi} is not inside 0:{n}"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensor named `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorSpec> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The non-empty box of `tensor` that `rank` holds.
+    pub(crate) fn held(&self, rank: usize, tensor: &str) -> Option<&Boxed> {
+        self.ranks[rank].slices.get(tensor).filter(|b| volume(b) > 0)
+    }
+
+    /// The host of `rank`: its own name, or a host of its own when none is given.
+    pub(crate) fn host(&self, side: &str, rank: usize) -> String {
+        match self.ranks[rank].host.as_str() {
+            "" => format!("{side}:{rank}"),
+            h => h.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boxes_intersect_per_dimension() {
+        assert_eq!(intersect(&[[0, 4], [2, 6]], &[[2, 8], [0, 3]]), Some(vec![[2, 4], [2, 3]]));
+        assert_eq!(intersect(&[[0, 4]], &[[4, 8]]), None);
+        assert_eq!(volume(&[[2, 4], [2, 3]]), 2);
+    }
+}

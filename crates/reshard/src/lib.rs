@@ -1,0 +1,39 @@
+//! Weight-sync planning: from a source layout (how a trainer's ranks hold a model's tensors) and
+//! a destination layout (how inference ranks must hold them), the moves that take every byte
+//! each destination needs from one source that holds it, computed once and reused every step.
+//!
+//! A layout lists the tensors (name, global shape, dtype) and, for each rank, the box of each
+//! tensor it holds (a `[start, stop)` range per dimension; a rank holds its box as one C-order
+//! array). Pure functions, no IO: the Python package (`accel.weights`) packs, moves and unpacks
+//! the bytes over the transport.
+//!
+//! The plan's shape: destination ranks with identical boxes form a *class* (replicas of one
+//! inference shard) and receive identical bytes. For each source rank and each class it serves,
+//! one *buffer* packs, piece after piece, the intersections of the source's boxes with the
+//! class's boxes. Every piece of a destination comes from exactly one source rank: where several
+//! ranks hold the same box (data-parallel replicas), the planner picks the one that keeps the
+//! busiest link least busy (module `balance`).
+
+mod balance;
+mod dtype;
+mod layout;
+mod plan;
+
+pub use balance::Links;
+pub use dtype::{convertible, itemsize, DTYPES};
+pub use layout::{Layout, RankSpec, TensorSpec};
+pub use plan::{plan, Buffer, Fetch, Piece, Plan, PlanTensor, ALIGN};
+
+/// What is wrong with a pair of layouts; each names the tensor and rank.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("invalid {side} layout: {message}")]
+    Layout { side: &'static str, message: String },
+    #[error("tensor {tensor:?}: {message}")]
+    Mismatch { tensor: String, message: String },
+    #[error(
+        "tensor {tensor:?}: destination rank {rank} needs {missing} element(s) that no source rank holds \
+         (its box {boxed})"
+    )]
+    Uncovered { tensor: String, rank: usize, missing: u64, boxed: String },
+}
