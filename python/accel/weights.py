@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -580,8 +581,10 @@ class Receiver:
         self._landed: int | None = None
         self._readers = [0, 0]
         self._writing_since: float | None = None  # one set: when a receive began overwriting it
+        self._previous: int | None = None  # the version the back set still holds whole
         self._cond = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(threads, len(plan.fetches) or 1)))
+        self._staging: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
 
     def _arrays(self) -> dict[str, np.ndarray[Any, Any]]:
         return {n: np.zeros(_extent(b), _STORAGE[self.plan.dtypes[n]]) for n, b in self.plan.boxes.items()}
@@ -595,6 +598,11 @@ class Receiver:
     def nbytes(self) -> int:
         """Memory this receiver holds for weights (both sets)."""
         return sum(a.nbytes for s in self._sets for a in s.values())
+
+    @property
+    def staging_bytes(self) -> int:
+        """Memory this receiver keeps for buffers streamed over TCP (reused every step)."""
+        return sum(a.nbytes for a in self._staging.values())
 
     @contextlib.contextmanager
     def read(self) -> Iterator[tuple[int | None, dict[str, np.ndarray[Any, Any]]]]:
@@ -621,7 +629,7 @@ class Receiver:
         version = next(iter(by_rank.values())).version if by_rank else -1
         back = (self._front + 1) % len(self._sets)
         with self._cond:
-            self._landed = None
+            self._landed = self._previous = None
             if not self._cond.wait_for(lambda: self._readers[back] == 0, timeout=timeout):
                 raise WeightSyncError(f"readers held the back buffer for {timeout} s", version=version)
             if not self.double_buffer:
@@ -674,7 +682,15 @@ class Receiver:
     def _fetch(self, ship: Shipment, index: int, buf: _Buffer, target: dict[str, np.ndarray[Any, Any]]) -> float:
         t0 = time.perf_counter()
         ref = ship.refs[index]
-        raw = _b.get(ref, relay=buf.relay or None)
+        relay = buf.relay or os.environ.get("ACCEL_TRANSPORT_RELAY") == "1"
+        if ref.chosen_path == "tcp" and not (relay and ref.readers >= 2):
+            # Streamed into this rank's own staging array, kept from step to step (warm pages).
+            staging = self._staging.get((ship.rank, index))
+            if staging is None or staging.nbytes != ref.nbytes:
+                staging = self._staging[(ship.rank, index)] = np.empty(ref.nbytes, np.uint8)
+            raw = _b.get(ref, out=staging)
+        else:
+            raw = _b.get(ref, relay=relay)  # a mapping on this host; a relayed copy otherwise
         seconds = time.perf_counter() - t0
         for p in buf.pieces:
             src_dt, dst_dt = self.plan.src_dtypes[p.tensor], self.plan.dtypes[p.tensor]
@@ -691,6 +707,7 @@ class Receiver:
                 raise WeightSyncError(f"version {version} has not landed on destination rank {self.plan.rank}", version=version)
             if self.double_buffer:
                 self._front = (self._front + 1) % 2
+                self._previous = self._version  # still whole in the back set, until a receive
             self._version = version
             self._landed = None
             if not self.double_buffer and self._writing_since is not None:
@@ -699,6 +716,17 @@ class Receiver:
         pause = time.perf_counter() - t0
         _syncmetrics.phase("receive", "pause", pause)
         return pause
+
+    def rollback(self, version: int) -> bool:
+        """Undoes the switch to ``version`` (another rank could not switch): the previous
+        version, still whole in the back set, serves again. False if there is nothing to undo
+        (not switched to ``version``, one set, or a receive has begun overwriting it)."""
+        with self._cond:
+            if not self.double_buffer or self._version != version or self._previous is None:
+                return False
+            self._front = (self._front + 1) % 2
+            self._version, self._previous = self._previous, None
+            return True
 
     def abort(self, version: int | None = None) -> None:
         """Drops a landed version that will not be committed (another rank failed)."""

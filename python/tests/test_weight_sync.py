@@ -129,6 +129,23 @@ def test_double_buffering_serves_the_old_version_until_the_switch():
     assert late.wait(30)
 
 
+def test_a_switch_is_undone_while_the_old_version_is_whole():
+    src, dst, p, senders, rc = setup(2)
+    for version in (1, 2):
+        rc.receive(ship(senders, src, version))
+        rc.commit(version)
+    assert rc.rollback(2) and rc.version == 1
+    with rc.read() as (version, arrays):
+        assert version == 1
+        np.testing.assert_array_equal(arrays["w"], expected(dst, 2, globals_at(1))["w"])
+    assert not rc.rollback(2)  # nothing left to undo
+    rc.receive(ship(senders, src, 3))
+    rc.commit(3)
+    rc.receive(ship(senders, src, 4))  # overwrites version 3's old set: no undo past it
+    assert not rc.rollback(3)
+    assert not W.Receiver(p.for_destination(2), double_buffer=False).rollback(1)
+
+
 def test_one_buffer_pauses_readers_for_the_whole_receive():
     src, dst, p, senders, rc = setup(0, double_buffer=False)
     rc.receive(ship(senders, src, 1))

@@ -1,12 +1,14 @@
 """Weight sync on a real multi-node Ray 2.60 cluster (`ray.cluster_utils.Cluster`): 4 trainer
 ranks (2 data-parallel replicas of a 2-way row split) on one node feed 8 inference ranks (2
 replicas of a 4-way column split, bf16 converted to fp16) on two others, every byte checked;
-then a destination and a source die mid-sync, and every rank keeps serving its old version."""
+then a destination and a source die mid-sync and a rank breaks while the others switch, and
+every rank keeps serving its old version."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -57,6 +59,17 @@ class Trainer(accel.ray.WeightSource):
 
 @ray.remote(num_cpus=0)
 class Worker(accel.ray.WeightTarget):
+    fail_commit = False
+
+    def accel_commit(self, version: int) -> float:
+        if self.fail_commit:  # a rank that breaks after landing, while the others switch
+            self.fail_commit = False
+            raise RuntimeError(f"this rank broke before switching to version {version}")
+        return super().accel_commit(version)
+
+    def break_next_commit(self) -> None:
+        self.fail_commit = True
+
     def serve(self):
         with self.weights() as (version, tensors):
             return version, {n: a.copy() for n, a in tensors.items()}
@@ -98,6 +111,19 @@ def published(trainers, version: int) -> list:
     shipments = [t.step.remote(version) for t in trainers]
     ray.get(shipments, timeout=120)
     return shipments
+
+
+def kill(actor) -> None:
+    """Kills `actor` and waits until it is gone (ray.kill returns at once)."""
+    ray.kill(actor)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.accel_host.remote(), timeout=60)  # may still run before the kill lands
+        except ray.exceptions.ActorDiedError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the actor outlived ray.kill by 60 s")
 
 
 def check_serving(workers, version):
@@ -145,7 +171,7 @@ def test_ranks_that_die_mid_sync_leave_the_old_version_serving(cluster):
 
     # A destination dies after the trainers published version 2: no rank switches.
     shipments = published(trainers, 2)
-    ray.kill(workers[5])
+    kill(workers[5])
     with pytest.raises(W.WeightSyncError, match=r"version 2 did not land everywhere, so no rank switched: destination rank 5"):
         accel.ray.sync_weights(p, shipments, workers)
     alive = workers[:5] + workers[6:]
@@ -157,19 +183,25 @@ def test_ranks_that_die_mid_sync_leave_the_old_version_serving(cluster):
     accel.ray.sync_weights(p, [t.step.remote(3) for t in trainers], workers)
     check_serving(workers, 3)
 
-    # A source dies after publishing version 4, before its readers have its bytes.
-    shipments = published(trainers, 4)
-    ray.kill(trainers[1])
+    # Version 4 lands everywhere, but rank 6 breaks before switching: the others switch back.
+    ray.get(workers[6].break_next_commit.remote(), timeout=60)
+    with pytest.raises(W.WeightSyncError, match=r"every rank switched back: destination rank 6: RuntimeError: this rank broke"):
+        accel.ray.sync_weights(p, [t.step.remote(4) for t in trainers], workers)
+    check_serving(workers, 3)
+
+    # A source dies after publishing version 5, before its readers have its bytes.
+    shipments = published(trainers, 5)
+    kill(trainers[1])
     with pytest.raises(W.WeightSyncError) as err:
         accel.ray.sync_weights(p, shipments, workers)
     text = str(err.value)
-    assert "version 4 did not land everywhere, so no rank switched" in text
+    assert "version 5 did not land everywhere, so no rank switched" in text
     assert "source rank 1 failed mid-sync (OwnerGone" in text and "keeps serving version 3" in text
     check_serving(workers, 3)
     # The surviving trainers publish on; a dead trainer is a failed publish, never a hang.
-    assert ray.get(trainers[0].step.remote(5), timeout=120).version == 5
+    assert ray.get(trainers[0].step.remote(6), timeout=120).version == 6
     with pytest.raises(W.WeightSyncError, match="a trainer rank failed to publish"):
-        accel.ray.sync_weights(p, [t.step.remote(5) for t in trainers], workers)
+        accel.ray.sync_weights(p, [t.step.remote(6) for t in trainers], workers)
     check_serving(workers, 3)
     for a in trainers + workers:
         ray.kill(a)

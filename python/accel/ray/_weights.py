@@ -21,7 +21,8 @@ returns a small `Shipment`; every inference rank lands all its pieces into its b
 it keeps serving the old version; only when every rank has landed does each switch (the pause).
 If a trainer or worker fails or dies on the way, no rank switches: each drops what it landed
 and keeps serving the old version, and `sync_weights` raises `WeightSyncError` naming who
-failed and why.
+failed and why. A worker that dies after landing, while the others switch, makes them switch
+back (the old version is still whole in their back buffers).
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ class WeightTarget:
 
     def accel_abort(self, version: int) -> None:
         self._receiver().abort(version)
+
+    def accel_rollback(self, version: int) -> bool:
+        return self._receiver().rollback(version)
 
     def accel_version(self) -> int | None:
         return self._receiver().version
@@ -192,6 +196,22 @@ def sync_weights(
         )
     landing = time.perf_counter() - t0
     t1 = time.perf_counter()
-    holds = ray.get([w.accel_commit.remote(version) for w in workers], timeout=timeout)
+    commits = [w.accel_commit.remote(version) for w in workers]
+    holds: list[float] = []
+    for d, call in enumerate(commits):
+        try:
+            holds.append(ray.get(call, timeout=timeout))
+        except Exception as e:
+            failed.append(f"destination rank {d}: {_cause(e)}")
+    if failed:
+        # A rank that could not switch (it died after landing): the others switch back to the
+        # version they served, still whole in their back buffers.
+        for undo in [w.accel_rollback.remote(version) for w in workers]:
+            with contextlib.suppress(Exception):
+                ray.get(undo, timeout=timeout)
+        raise _w.WeightSyncError(
+            f"version {version} landed but not every rank could switch, so every rank switched back: " + "; ".join(failed),
+            version=version,
+        )
     done = time.perf_counter()
     return SyncReport(version, sum(x.nbytes for x in landed), done - t0, done - t1, max(holds, default=0.0), landing, landed)
