@@ -154,6 +154,20 @@ def _cause(e: BaseException) -> str:
     return f"{type(inner).__name__}: {lines[0] if lines else ''}"
 
 
+def _each(workers: Sequence[Any], method: str, arg: Any, timeout: float) -> tuple[list[Any], list[str]]:
+    """Calls ``method(arg)`` on every worker at once: the answers of those that answered, and a
+    line for each that failed or died (its rank and why)."""
+    calls = [getattr(w, method).remote(arg) for w in workers]
+    answers: list[Any] = []
+    failed: list[str] = []
+    for d, call in enumerate(calls):
+        try:
+            answers.append(ray.get(call, timeout=timeout))
+        except Exception as e:
+            failed.append(f"destination rank {d}: {_cause(e)}")
+    return answers, failed
+
+
 def sync_weights(
     plan: _w.Plan,
     shipments: Sequence[Any],
@@ -178,37 +192,19 @@ def sync_weights(
     version = versions.pop()
     if any(s.plan_id != plan.id for s in ships):
         raise _w.WeightSyncError("a trainer published for another plan: run plan_weight_sync again on both sides")
-    calls = [w.accel_receive.remote(ships) for w in workers]
-    landed: list[_w.Landed] = []
-    failed: list[str] = []
-    for d, call in enumerate(calls):
-        try:
-            landed.append(ray.get(call, timeout=timeout))
-        except Exception as e:
-            failed.append(f"destination rank {d}: {_cause(e)}")
+    landed, failed = _each(workers, "accel_receive", ships, timeout)
     if failed:
-        aborts = [w.accel_abort.remote(version) for w in workers]
-        for a in aborts:
-            with contextlib.suppress(Exception):  # a dead worker has nothing to abort
-                ray.get(a, timeout=timeout)
+        _each(workers, "accel_abort", version, timeout)  # a dead worker has nothing to abort
         raise _w.WeightSyncError(
             f"version {version} did not land everywhere, so no rank switched: " + "; ".join(failed), version=version
         )
     landing = time.perf_counter() - t0
     t1 = time.perf_counter()
-    commits = [w.accel_commit.remote(version) for w in workers]
-    holds: list[float] = []
-    for d, call in enumerate(commits):
-        try:
-            holds.append(ray.get(call, timeout=timeout))
-        except Exception as e:
-            failed.append(f"destination rank {d}: {_cause(e)}")
+    holds, failed = _each(workers, "accel_commit", version, timeout)
     if failed:
-        # A rank that could not switch (it died after landing): the others switch back to the
+        # A rank that could not switch (it broke after landing): the others switch back to the
         # version they served, still whole in their back buffers.
-        for undo in [w.accel_rollback.remote(version) for w in workers]:
-            with contextlib.suppress(Exception):
-                ray.get(undo, timeout=timeout)
+        _each(workers, "accel_rollback", version, timeout)
         raise _w.WeightSyncError(
             f"version {version} landed but not every rank could switch, so every rank switched back: " + "; ".join(failed),
             version=version,
