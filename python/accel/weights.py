@@ -306,6 +306,8 @@ def _shard_dim(p: str, name: str, ndim: int) -> int | None:
 
 
 def _placement(p: Any, name: str) -> str:
+    if type(p).__name__ == "_StridedShard":  # FSDP2 over TP: interleaved, not one box per rank
+        raise LayoutError(f"tensor {name!r}: a strided shard ({p!r}) holds no single box; gather it first")
     if getattr(p, "is_shard", lambda: False)():
         return f"S({int(p.dim)})"
     if getattr(p, "is_replicate", lambda: False)():
@@ -478,7 +480,8 @@ class Sender:
 
     def publish(self, version: int, tensors: Mapping[str, Any]) -> Shipment:
         """Packs ``tensors`` (this rank's local arrays: each its box's shape, in the layout's
-        dtype; bf16 as uint16 bits or a torch bfloat16 tensor) as version ``version``."""
+        dtype; bf16 as uint16 bits or a torch bfloat16 tensor; a DTensor's ``to_local()``) as
+        version ``version``."""
         t0 = time.perf_counter()
         arrays = {name: self._array(name, tensors) for name in {p.tensor for b in self.plan.buffers for p in b.pieces}}
         refs = []

@@ -230,6 +230,10 @@ def test_dtensor_attributes_give_the_same_layout():
     state["v"].placements = [placement(), SimpleNamespace(is_shard=lambda: False, is_replicate=lambda: False)]
     with pytest.raises(W.LayoutError, match="cannot be synced"):
         W.Layout.from_dtensor(state)
+    _StridedShard = type("_StridedShard", (), {"is_shard": lambda self: True, "dim": 0})
+    state["v"].placements = [placement(), _StridedShard()]
+    with pytest.raises(W.LayoutError, match="strided shard"):
+        W.Layout.from_dtensor(state)
     with pytest.raises(W.LayoutError, match="not a DTensor"):
         W.Layout.from_dtensor({"x": np.zeros(3)})
 
