@@ -644,7 +644,7 @@ class Receiver:
         for (s, _, buf), fut in zip(self.plan.fetches, futures):
             try:
                 seconds = fut.result()
-            except (TransportError, OSError, ValueError) as e:
+            except Exception as e:  # any failure of a fetch or its unpacking fails the sync cleanly
                 failure = failure or WeightSyncError(
                     f"version {version}: source rank {s} failed mid-sync ({type(e).__name__}: {e}); "
                     f"destination rank {self.plan.rank} keeps serving version {self._version}",
