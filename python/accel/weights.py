@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -81,8 +82,8 @@ _STORAGE: dict[str, npt.DTypeLike] = {
 }
 _FLOAT = {name for name, _, is_float in _native.reshard_dtypes() if is_float}
 assert {n: s for n, s, _ in _native.reshard_dtypes()} == {n: np.dtype(d).itemsize for n, d in _STORAGE.items()}
-_NAMES = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
-_NAMES.update({np.dtype(d): n for n, d in _STORAGE.items() if n not in ("bf16",) and np.dtype(d) not in _NAMES})
+# numpy dtypes to layout names; uint16 stays unnamed (it is bf16's storage, not a dtype of its own).
+_NAMES = {np.dtype(d): n for n, d in _STORAGE.items() if n != "bf16"}
 _CHUNK = 8 << 20  # elements converted at a time through a float32 temporary
 
 
@@ -513,7 +514,8 @@ class Sender:
             raise KeyError(f"source rank {self.plan.rank} was not given {name!r}, which its plan sends")
         value = tensors[name]
         if type(value).__module__.startswith("torch") and str(getattr(value, "dtype", "")) == "torch.bfloat16":
-            value = value.detach().contiguous().view(-1).view(__import__("torch").int16).view(value.shape)  # no bf16 in DLPack to numpy
+            torch = importlib.import_module("torch")  # the caller has torch: it handed us a tensor
+            value = value.detach().contiguous().view(torch.int16)  # DLPack to numpy has no bf16
         arr, _ = _b._as_array(value)
         want = np.dtype(_STORAGE[self.plan.dtypes[name]])
         if arr.dtype.itemsize == want.itemsize and arr.dtype != want and self.plan.dtypes[name] == "bf16":
@@ -549,10 +551,10 @@ def _convert(src: np.ndarray[Any, Any], dst: np.ndarray[Any, Any], src_dt: str, 
     if src_dt == dst_dt:
         np.copyto(dst, src)
         return
-    if src.ndim == 0 or src.shape[0] * max(1, src[0].size) <= _CHUNK or src.ndim == 1 and src.size <= _CHUNK:
+    if src.ndim == 0 or src.size <= _CHUNK:
         _convert_block(src, dst, src_dt, dst_dt)
         return
-    step = max(1, _CHUNK // max(1, src[0].size)) if src.ndim > 1 else _CHUNK
+    step = max(1, _CHUNK // max(1, src.size // src.shape[0]))  # whole rows (first dimension) at a time
     for i in range(0, src.shape[0], step):
         _convert_block(src[i : i + step], dst[i : i + step], src_dt, dst_dt)
 

@@ -238,6 +238,16 @@ def test_dtensor_attributes_give_the_same_layout():
         W.Layout.from_dtensor({"x": np.zeros(3)})
 
 
+def test_large_pieces_convert_in_row_chunks(monkeypatch):
+    monkeypatch.setattr(W, "_CHUNK", 7)  # pieces of 10-element rows, converted 1 row at a time
+    src, dst, p, senders, rc = setup(1)
+    rc.receive(ship(senders, src, 1))
+    rc.commit(1)
+    with rc.read() as (_, arrays):
+        for n, want in expected(dst, 1, globals_at(1)).items():
+            np.testing.assert_array_equal(arrays[n], want)
+
+
 def test_bf16_conversion_rounds_to_nearest_even_and_keeps_specials():
     values = np.array([1.0, -2.5, 3.140625, np.inf, -np.inf, np.nan, 1.0 + 2**-8, 1.0 + 3 * 2**-8, 65504.0], np.float32)
     t = {"x": ((values.size,), "f32")}
