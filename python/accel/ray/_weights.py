@@ -33,8 +33,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import ray
-
 from .. import weights as _w
 
 
@@ -118,6 +116,8 @@ def plan_weight_sync(
             f"{len(trainers)} trainers and {len(workers)} workers for layouts of "
             f"{len(src.ranks)} and {len(dst.ranks)} ranks"
         )
+    import ray  # here, not at import: `python -m accel.ray` runs without Ray installed
+
     hosts = ray.get([a.accel_host.remote() for a in [*trainers, *workers]], timeout=timeout)
     p = _w.plan(src.on(hosts[: len(trainers)]), dst.on(hosts[len(trainers) :]))
     ray.get(
@@ -157,6 +157,8 @@ def _cause(e: BaseException) -> str:
 def _each(workers: Sequence[Any], method: str, arg: Any, timeout: float) -> tuple[list[Any], list[str]]:
     """Calls ``method(arg)`` on every worker at once: the answers of those that answered, and a
     line for each that failed or died (its rank and why)."""
+    import ray
+
     calls = [getattr(w, method).remote(arg) for w in workers]
     answers: list[Any] = []
     failed: list[str] = []
@@ -181,6 +183,8 @@ def sync_weights(
     version everywhere, then switches every rank; on any failure, switches none and raises
     WeightSyncError. ``started`` (a ``time.perf_counter()``) is when the step began, for
     ``total``; by default, the call."""
+    import ray
+
     t0 = time.perf_counter() if started is None else started
     try:
         ships = ray.get(list(shipments), timeout=timeout)
