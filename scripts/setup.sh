@@ -21,6 +21,18 @@ if ! .venv/bin/python -c "import nixl_cu12" >/dev/null 2>&1; then
   echo "== installing nixl-cu12 (--no-deps) into .venv"
   .venv/bin/python -m pip install -q --no-deps "nixl-cu12==1.5.1"
 fi
+# The lab's PostgreSQL store (docs/lab.md): psycopg 3 (binary wheel) in .venv, and Debian's
+# postgresql server, whose initdb and pg_ctl python/tests/test_lab_store.py runs in a temp dir.
+if ! .venv/bin/python -c "import psycopg" >/dev/null 2>&1; then
+  echo "== installing psycopg[binary] into .venv"
+  .venv/bin/python -m pip install -q "psycopg[binary]>=3.2,<4"
+fi
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "== installing Debian's postgresql"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+fi
 # zig and cargo-zigbuild (from PyPI, pinned): scripts/wheel.sh links the wheel's extension and
 # binary through them against glibc 2.17, so the wheel runs on older Linux than this one.
 if [ ! -x .venv/bin/cargo-zigbuild ] || ! .venv/bin/python -c "import ziglang" >/dev/null 2>&1; then

@@ -1,7 +1,7 @@
 //! Finds the built-in families and the embedded samples, so adding either needs no edit to
 //! discovery's code: every `src/families/<name>.rs` (or `<name>/mod.rs`) is a family module
 //! (it defines `ORDER` and `plugin()`), and every `test_data/hosts/<name>/capture.bundle` is a
-//! sample. Writes `$OUT_DIR/families.rs` and `$OUT_DIR/samples.rs`.
+//! sample (with its README.md and provenance.toml). Writes `$OUT_DIR/families.rs` and `$OUT_DIR/samples.rs`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -54,9 +54,17 @@ fn main() {
         println!("cargo:rerun-if-changed={}", bundle.display());
         let name = dir.file_name().and_then(|n| n.to_str()).expect("a UTF-8 sample name");
         let readme = dir.join("README.md");
+        // A sample without provenance.toml embeds an empty one, which the samples' tests refuse.
+        let provenance = dir.join("provenance.toml");
+        println!("cargo:rerun-if-changed={}", provenance.display());
+        let provenance = if provenance.is_file() {
+            format!("include_str!({:?})", provenance.display().to_string())
+        } else {
+            "\"\"".to_owned()
+        };
         let _ = writeln!(
             samples,
-            "    ({name:?}, include_bytes!({:?}).as_slice(), include_str!({:?})),",
+            "    ({name:?}, include_bytes!({:?}).as_slice(), include_str!({:?}), {provenance}),",
             bundle.display().to_string(),
             readme.display().to_string()
         );

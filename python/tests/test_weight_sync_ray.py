@@ -52,6 +52,9 @@ class Trainer(accel.ray.WeightSource):
     def __init__(self, rank: int) -> None:
         self.rank = rank
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def step(self, version: int):
         # Fresh weights each step: this rank's rows of the version's full state.
         return self.publish_weights(version, boxed(SRC, self.rank, state(version)))
@@ -114,16 +117,28 @@ def published(trainers, version: int) -> list:
 
 
 def kill(actor) -> None:
-    """Kills `actor` and waits until it is gone (ray.kill returns at once)."""
+    """Kills `actor` and waits until its process is gone (ray.kill returns at once, and Ray may
+    call the actor dead while its process still serves its buffers for a moment). The test
+    cluster's nodes share this machine, so the pid is checked here."""
+    pid = ray.get(actor.pid.remote(), timeout=60) if hasattr(actor, "pid") else None
     ray.kill(actor)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             ray.get(actor.accel_host.remote(), timeout=60)  # may still run before the kill lands
         except ray.exceptions.ActorDiedError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the actor outlived ray.kill by 60 s")
+    while pid is not None and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
             return
         time.sleep(0.05)
-    raise AssertionError("the actor outlived ray.kill by 60 s")
+    if pid is not None:
+        raise AssertionError(f"the actor's process {pid} outlived ray.kill by 60 s")
 
 
 def check_serving(workers, version):

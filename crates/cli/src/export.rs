@@ -12,13 +12,14 @@ use crate::{discover_machine, SourceArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
-    /// Kubernetes DRA: `resource.k8s.io/v1` ResourceSlice YAML for this node's accelerators.
+    /// Kubernetes DRA: `resource.k8s.io/v1` ResourceSlice YAML for this node's accelerators
+    /// (or, with `--cluster`, every node's).
     ///
     /// One pool named after the node; standard attributes (`resource.kubernetes.io/pcieRoot`,
     /// `pciBusID`, `numaNode`) plus model, SKU, architecture, memory, scale-up island and clique;
     /// partitions (MIG, CPX) consume shared counters. Apply with `kubectl apply -f -`.
     #[command(
-        after_help = "Examples:\n  accel export dra --sample gb200-nvl72-tray\n  accel export dra --driver gpu.example.com | kubectl apply -f -"
+        after_help = "Examples:\n  accel export dra --sample gb200-nvl72-tray\n  accel export dra --driver gpu.example.com | kubectl apply -f -\n  accel cluster build node-a/ node-b/ -o cluster.json\n  accel export dra --cluster cluster.json          one pool per node, named after it"
     )]
     Dra(DraArgs),
     /// Node Feature Discovery: a `features.d` file (`key=value` lines with an expiry).
@@ -31,10 +32,11 @@ pub enum ExportCommand {
     Nfd(NfdArgs),
     /// Slurm: gres.conf, nodes.conf, topology.conf (tree) and topology.yaml (block, torus3d).
     ///
-    /// Reads a cluster as `accel cluster` writes it (node labels `rack`, `nvlink_clique`,
-    /// `tpu_slice` override the machines' own domains). `Include nodes.conf` from slurm.conf.
+    /// Reads a cluster as `accel cluster` or `accel cluster build` writes it (node labels
+    /// `rack`, `nvlink_clique`, `tpu_slice` override the machines' own domains). `Include
+    /// nodes.conf` from slurm.conf.
     #[command(
-        after_help = "Examples:\n  accel cluster --sample dgx-h100:4 --rack-size 2 > cluster.json\n  accel export slurm --cluster cluster.json --out-dir /etc/slurm"
+        after_help = "Examples:\n  accel cluster --sample dgx-h100:4 --rack-size 2 > cluster.json\n  accel cluster build node-a/ node-b/ --labels labels.txt -o cluster.json\n  accel export slurm --cluster cluster.json --out-dir /etc/slurm"
     )]
     Slurm(SlurmArgs),
 }
@@ -49,6 +51,10 @@ pub struct DraArgs {
     /// The Kubernetes node name (default: the machine's hostname).
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
+    /// Every node of this cluster (as `accel cluster` or `accel cluster build` writes it)
+    /// instead of one machine: one ResourceSlice set per node, named after the node.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["root", "sample", "node_name", "labels_file"])]
+    cluster: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -65,7 +71,7 @@ pub struct NfdArgs {
 
 #[derive(Debug, Args)]
 pub struct SlurmArgs {
-    /// The cluster, as `accel cluster` writes it.
+    /// The cluster, as `accel cluster` or `accel cluster build` writes it.
     #[arg(long, value_name = "FILE")]
     cluster: PathBuf,
     /// Directory to write the files into (created if missing).
@@ -89,11 +95,28 @@ pub fn classify(e: anyhow::Error) -> anyhow::Error {
 pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
     match command {
         ExportCommand::Dra(args) => {
-            let machine = discover_machine(&args.source)?;
-            let node = args.node_name.clone().unwrap_or_else(|| node_name(&machine));
-            let dra::Slices { slices, skipped } = dra::resource_slices(&machine, &node, &args.driver)?;
-            for line in &skipped {
-                eprintln!("accel: warning: {line}");
+            let nodes = match &args.cluster {
+                Some(path) => {
+                    let cluster = read_cluster(path)?;
+                    cluster
+                        .nodes
+                        .iter()
+                        .map(|n| Ok((n.name.clone(), cluster.machine(n)?.clone())))
+                        .collect::<Result<Vec<_>, accel_plan::PlanError>>()
+                        .map_err(|e| ExportError::Input(format!("cluster {}: {e}", path.display())))?
+                }
+                None => {
+                    let machine = discover_machine(&args.source)?;
+                    vec![(args.node_name.clone().unwrap_or_else(|| node_name(&machine)), machine)]
+                }
+            };
+            let mut slices = Vec::new();
+            for (node, machine) in &nodes {
+                let dra::Slices { slices: more, skipped } = dra::resource_slices(machine, node, &args.driver)?;
+                for line in &skipped {
+                    eprintln!("accel: warning: {line}");
+                }
+                slices.extend(more);
             }
             if slices.is_empty() {
                 eprintln!("accel: note: no accelerators found, so no ResourceSlice");
@@ -110,10 +133,7 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
             }
         }
         ExportCommand::Slurm(args) => {
-            let text = std::fs::read_to_string(&args.cluster)
-                .map_err(|e| ExportError::Input(format!("cannot read cluster {}: {e}", args.cluster.display())))?;
-            let cluster = accel_plan::Cluster::from_json(&text)
-                .map_err(|e| ExportError::Input(format!("parsing cluster {}: {e}", args.cluster.display())))?;
+            let cluster = read_cluster(&args.cluster)?;
             let files = slurm::export(&cluster, &args.dev_dir)?;
             std::fs::create_dir_all(&args.out_dir)
                 .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
@@ -134,6 +154,14 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
+/// A cluster file, as `accel cluster` writes it.
+fn read_cluster(path: &Path) -> Result<accel_plan::Cluster, ExportError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ExportError::Input(format!("cannot read cluster {}: {e}", path.display())))?;
+    accel_plan::Cluster::from_json(&text)
+        .map_err(|e| ExportError::Input(format!("parsing cluster {}: {e}", path.display())))
+}
+
 /// The machine's hostname, else `node`.
 fn node_name(machine: &Machine) -> String {
     machine.host.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| "node".into())
@@ -141,7 +169,7 @@ fn node_name(machine: &Machine) -> String {
 
 /// Writes `text` to a hidden temporary file beside `path` (NFD skips dot files), then renames
 /// it over `path`, so a reader never sees half a file.
-fn write_atomic(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<()> {
     use std::hash::{BuildHasher, Hasher};
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt;

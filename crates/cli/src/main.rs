@@ -1,10 +1,13 @@
 //! The `accel` binary: parses arguments, wires discovery, the registry and the renderers together.
 
 mod agent;
+mod cluster;
 mod conformance;
 mod env;
 mod exit;
 mod export;
+mod import;
+mod lab;
 mod plan;
 mod topo;
 
@@ -49,14 +52,16 @@ enum Command {
     Topo(TopoArgs),
     /// List the SKU registry: the accelerators accel recognises, with their sources.
     Skus(SkusArgs),
-    /// List the captured machines embedded in this binary (use with `--sample NAME`).
+    /// List the machines embedded in this binary (use with `--sample NAME`), each `real` (read
+    /// from a real machine), `derived` (every fact traced to a public artifact) or `synthetic`.
     Samples,
     /// Print node labels and resources for a scheduler: `ray start` arguments or Kubernetes labels.
     Labels(LabelsArgs),
     /// Capture this machine (allow-listed sysfs/procfs files, NVML, metadata) into OUT_DIR.
     Capture(CaptureArgs),
-    /// Build a cluster (JSON) from embedded samples: `--sample dgx-h100:4,mi300x:2`.
-    Cluster(plan::ClusterArgs),
+    /// Build a cluster (JSON) from embedded samples (`--sample dgx-h100:4,mi300x:2`) or from
+    /// real machines (`build`: captures, node agents, a Ray cluster).
+    Cluster(cluster::ClusterArgs),
     /// Place a request on a cluster: exact devices per bundle, or why it cannot be met.
     Plan(plan::PlanArgs),
     /// Grade plugins: run the conformance suite on captures (and --live) and print the tiers.
@@ -64,6 +69,9 @@ enum Command {
     /// The environment fingerprint (drivers, firmware, runtimes, libraries, variables), or
     /// `env diff A.json B.json`.
     Env(env::EnvArgs),
+    /// The lab: suites on contributed hardware through Ray, their results and what they say
+    /// (runs `python -m accel.lab`; `accel lab --help`).
+    Lab(lab::LabArgs),
     /// Export this node (or a cluster) to Kubernetes DRA, Node Feature Discovery or Slurm.
     Export {
         #[command(subcommand)]
@@ -71,6 +79,11 @@ enum Command {
     },
     /// Run the node agent: HTTP API, accelerator and link metrics, and the cluster dashboard.
     Agent(agent::AgentArgs),
+    /// Import another tool's record of a machine as a capture bundle: `import hwloc FILE.xml`.
+    Import {
+        #[command(subcommand)]
+        command: import::ImportCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -80,10 +93,11 @@ enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct SourceArgs {
-    /// Read the machine from this directory instead of `/` (a captured tree holding sys/ and proc/).
+    /// Read the machine from a capture instead of `/`: a directory holding sys/ and proc/, a
+    /// `capture.bundle` (from `accel capture` or `accel import hwloc`), or a directory holding one.
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
-    /// Read an embedded captured machine instead (see `accel samples`).
+    /// Read an embedded sample machine instead (`accel samples` lists them, real or synthetic).
     #[arg(long, value_name = "NAME", conflicts_with = "root")]
     sample: Option<String>,
     /// Skip network look-ups (GCE metadata, EC2 IMDS). Always skipped for --root and --sample.
@@ -188,10 +202,7 @@ fn run(cli: Cli) -> Result<()> {
                 out.write_all(topo::render(&machine).as_bytes())?;
             }
         }
-        Command::Cluster(args) => {
-            serde_json::to_writer(&mut out, &plan::build_cluster(&args)?)?;
-            writeln!(out)?;
-        }
+        Command::Cluster(args) => cluster::run(&args, &mut out)?,
         Command::Plan(args) => plan::plan(&args, &mut out)?,
         Command::Conformance(args) => {
             if !conformance::run(&args, &mut out)? {
@@ -207,6 +218,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Export { command } => export::run(command, &mut out).map_err(export::classify)?,
         Command::Agent(args) => agent::run(args)?,
+        Command::Lab(args) => lab::run(args)?,
+        Command::Import { command } => import::run(command, &mut out)?,
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
             let mut machine = discover_machine(&args.source)?;
@@ -234,10 +247,22 @@ fn run(cli: Cli) -> Result<()> {
                 .with_context(|| format!("cannot create {}", args.out_dir.display()))?;
             let bundle = args.out_dir.join("capture.bundle");
             std::fs::write(&bundle, tree.to_bundle()).with_context(|| format!("cannot write {}", bundle.display()))?;
+            let provenance = capture_provenance(&args.source, &machine)?;
             let readme = args.out_dir.join("README.md");
             if !readme.exists() {
-                std::fs::write(&readme, capture_readme(&machine))
+                std::fs::write(&readme, capture_readme(&machine, provenance.as_ref()))
                     .with_context(|| format!("cannot write {}", readme.display()))?;
+            }
+            let provenance_file = args.out_dir.join(accel_discover::provenance::FILE);
+            match &provenance {
+                Some(p) if !provenance_file.exists() => std::fs::write(&provenance_file, p.to_toml())
+                    .with_context(|| format!("cannot write {}", provenance_file.display()))?,
+                Some(_) => {}
+                None => eprintln!(
+                    "accel: warning: the source of {} has no provenance.toml: write one (real, derived or \
+                     synthetic; docs/contributing-hardware.md) before grading or contributing it",
+                    bundle.display()
+                ),
             }
             for w in warnings {
                 eprintln!("accel: warning: {w}");
@@ -251,8 +276,12 @@ fn run(cli: Cli) -> Result<()> {
             )?;
         }
         Command::Samples => {
+            // One line per sample: its name, then what it is evidence of (provenance.toml).
             for name in accel_discover::samples::names() {
-                writeln!(out, "{name}")?;
+                match accel_discover::samples::provenance(name) {
+                    Some(Ok(p)) => writeln!(out, "{name:<26} {:<9} {}", p.kind.as_str(), p.summary)?,
+                    _ => writeln!(out, "{name:<26} {:<9} provenance.toml missing or invalid", "unknown")?,
+                }
             }
         }
         Command::Skus(args) => {
@@ -303,11 +332,37 @@ pub(crate) fn make_host(args: &SourceArgs) -> Result<Host> {
     Ok(Host::open(&source, options)?)
 }
 
-fn capture_readme(machine: &Machine) -> String {
+/// What a capture is evidence of: the live machine is real; a sample keeps its own provenance;
+/// a captured root keeps the provenance.toml beside it, if it has one (else unknown: `None`).
+fn capture_provenance(
+    source: &SourceArgs,
+    machine: &Machine,
+) -> Result<Option<accel_discover::provenance::Provenance>> {
+    use accel_discover::provenance::{Provenance, FILE};
+    if let Some(name) = &source.sample {
+        let p = accel_discover::samples::provenance(name).with_context(|| format!("no sample named {name:?}"))?;
+        return Ok(Some(p.with_context(|| format!("sample {name}: provenance.toml"))?));
+    }
+    if source.root == std::path::Path::new("/") {
+        let host = machine.host.hostname.as_deref().unwrap_or("an unnamed host");
+        return Ok(Some(Provenance::live_capture(host, VERSION.as_str())));
+    }
+    let dir = if source.root.is_file() { source.root.parent().unwrap_or(&source.root) } else { &source.root };
+    let file = dir.join(FILE);
+    if !file.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    Ok(Some(Provenance::parse(&text).with_context(|| format!("{}", file.display()))?))
+}
+
+fn capture_readme(machine: &Machine, provenance: Option<&accel_discover::provenance::Provenance>) -> String {
     let product = machine.host.product_name.as_deref().unwrap_or("unknown machine");
+    let kind = provenance.map_or("origin unknown", |p| p.kind.as_str());
     format!(
-        "# {product} (real capture)\n\nWritten by `accel capture` ({} accelerators). Before contributing it, say here\n\
-         who captured it, when, the driver versions, and that it may be published under Apache-2.0.\n",
+        "# {product} ({kind})\n\nWritten by `accel capture` ({} accelerators); provenance.toml says what it is \
+         evidence of. Before contributing it, say here who captured it, when, the driver versions, and \
+         that it may be published under Apache-2.0.\n",
         machine.accelerators.len()
     )
 }

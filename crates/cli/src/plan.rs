@@ -1,5 +1,5 @@
-//! `accel cluster`, `accel plan` and `accel bench plan`: build a cluster from embedded samples,
-//! place a request on it, and measure the planner's decision latency and quality.
+//! `accel plan` and `accel bench plan`: place a request on a cluster (`accel cluster`, in
+//! `cluster.rs`, builds one), and measure the planner's decision latency and quality.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,31 +12,13 @@ use accel_plan::{
     Bundle, Cluster, ClusterNode, Connectivity, Groups, MachineRef, NicDistance, Placement, PlanError, Planner,
     Request, Strategy, Within,
 };
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
 #[derive(Debug, Args)]
-pub struct ClusterArgs {
-    /// Samples and how many nodes of each: `dgx-h100:4,mi300x:2` (names as `accel samples` lists them).
-    #[arg(long, value_name = "NAME:COUNT,...")]
-    pub sample: String,
-    /// Put every N consecutive nodes in one rack (label `rack=r<k>`).
-    #[arg(long, value_name = "N")]
-    pub rack_size: Option<usize>,
-    /// Trays per NVLink clique for samples with an `nvlink_clique` domain (NVL72: 18 trays).
-    #[arg(long, value_name = "N", default_value_t = 18)]
-    pub clique_trays: usize,
-    /// The fabric's switch tiers: a Slurm `topology.conf` (tree or block) or accel's topology
-    /// JSON (`.json`, docs/placement.md). Each node gets its leaf/spine/core (or block) labels
-    /// and the cluster its `tiers`; nodes are matched by name.
-    #[arg(long, value_name = "FILE")]
-    pub topology: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// The cluster, as `accel cluster` writes it.
+    /// The cluster, as `accel cluster` or `accel cluster build` writes it.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
     /// The request, JSON or YAML (`.yaml`): `{"bundles": [{"count": 4, "connectivity": "scale-up"}]}`
@@ -76,31 +58,9 @@ fn sample_machine(name: &str) -> Result<Machine> {
         .with_context(|| format!("no sample named {name:?}; `accel samples` lists them"))
 }
 
-/// Builds a cluster of sample machines; nodes are named `<sample>-<k>`.
-pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
-    let mut cluster = Cluster::default();
-    for part in args.sample.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, count) = match part.split_once(':') {
-            Some((n, c)) => (n, c.parse::<usize>().with_context(|| format!("bad count in {part:?}"))?),
-            None => (part, 1),
-        };
-        cluster.add_nodes(name, sample_machine(name)?, count, args.clique_trays);
-    }
-    if cluster.nodes.is_empty() {
-        bail!("--sample names no nodes");
-    }
-    if let Some(size) = args.rack_size {
-        cluster.label_racks(size);
-    }
-    if let Some(path) = &args.topology {
-        apply_topology(&mut cluster, path)?;
-    }
-    Ok(cluster)
-}
-
 /// Reads a fabric topology (Slurm `topology.conf`, or accel's JSON when the name ends in
 /// `.json`) and writes its tiers onto the cluster's nodes; warnings go to stderr.
-fn apply_topology(cluster: &mut Cluster, path: &PathBuf) -> Result<()> {
+pub(crate) fn apply_topology(cluster: &mut Cluster, path: &PathBuf) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading topology {}", path.display()))?;
     let fabric = if path.extension().and_then(|e| e.to_str()) == Some("json") {
         accel_plan::fabric::Fabric::from_json(&text)

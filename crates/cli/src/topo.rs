@@ -120,13 +120,20 @@ fn domains(machine: &Machine, s: &mut String) {
         }
         s.push('\n');
     }
-    // Raw metadata documents (`gce.tpu-env`) are kept for captures, not shown.
-    let shown: Vec<_> = machine.attributes.iter().filter(|(k, _)| !k.starts_with("gce.")).collect();
-    if !shown.is_empty() {
+    // Raw metadata documents (`gce.tpu-env`) are kept for captures, not shown; nor, one by one,
+    // the per-device infos an imported topology tool recorded (hundreds on a cloud instance).
+    let is_osdev = |k: &str| accel_discover::osdevs::is_osdev_attribute(k);
+    let shown: Vec<_> = machine.attributes.iter().filter(|(k, _)| !k.starts_with("gce.") && !is_osdev(k)).collect();
+    let osdev = machine.attributes.keys().filter(|k| is_osdev(k)).count();
+    if !shown.is_empty() || osdev > 0 {
         let _ = writeln!(s, "Platform:");
         for (k, v) in shown {
             // Values may hold line breaks (documents); one line each here.
             let _ = writeln!(s, "  {k} = {}", accel_discover::validate::escape_controls(v, false));
+        }
+        if osdev > 0 {
+            let _ =
+                writeln!(s, "  {osdev} per-device infos recorded by the imported topology tool (`--json` lists them)");
         }
         s.push('\n');
     }

@@ -3,7 +3,7 @@
 //! connections open, and the refused token files and `--allow-host` values. Bounded in time: a
 //! child that outlives its test is killed.
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -28,23 +28,7 @@ impl Agent {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
-        let mut log = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let addr = loop {
-            line.clear();
-            if log.read_line(&mut line).unwrap_or(0) == 0 || Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the agent never said where it serves: {line}");
-            }
-            if let Some(rest) = line.trim().strip_prefix("accel agent: serving http://") {
-                break rest.trim_end_matches('/').parse().unwrap();
-            }
-        };
-        // Keep draining its log so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut log, &mut std::io::sink());
-        });
+        let addr = accel_testdata::agent_address(&mut child);
         Agent { child, addr }
     }
 

@@ -42,7 +42,9 @@ fn conformance_grades_every_plugin_and_maturity_md_is_current() {
     let amd = report["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "amd").unwrap();
     assert_eq!(amd["tiers"]["discover"]["tier"], "T2", "{}", amd["tiers"]);
     let nvidia = report["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "nvidia").unwrap();
-    assert_eq!(nvidia["tiers"]["discover"]["tier"], "T3");
+    // The real EC2 lstopo captures imported by `accel import hwloc` (test_data/hosts/aws-*) lift
+    // nvidia's discovery to T2.
+    assert_eq!(nvidia["tiers"]["discover"]["tier"], "T2", "{}", nvidia["tiers"]);
 
     // The page is rendered from the JSON document (as `--markdown` does), so one run serves both.
     let report: accel_discover::conformance::Report = serde_json::from_value(report).unwrap();
@@ -136,4 +138,57 @@ fn env_and_env_diff() {
     let env: serde_json::Value =
         serde_json::from_slice(tree.file(std::path::Path::new("/accel/env.json")).unwrap()).unwrap();
     assert!(env["fields"]["topology.hash"]["value"].is_string());
+}
+
+/// Copies a directory tree: directories, files and symbolic links (sysfs is made of them).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else if entry.file_type().unwrap().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_tier_follows_the_captures_provenance() {
+    // The Ascend example capture graded under three provenance files: `real` with a source lifts
+    // its capabilities to T2; `synthetic`, or none at all, leaves them at T3; a file that does
+    // not parse is an error naming it, not a capture of unknown origin.
+    let ascend = repo().join("examples/plugins/ascend");
+    let tmp = accel_testdata::TempDir::new("cli-provenance-tier");
+    let capture = tmp.path().join("machine");
+    copy_tree(&ascend.join("capture"), &capture);
+    let tier = |provenance: Option<&str>| {
+        let file = capture.join("provenance.toml");
+        match provenance {
+            Some(text) => std::fs::write(&file, text).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&file);
+            }
+        }
+        let args = ["conformance", "--plugin", "ascend", "--capture", capture.to_str().unwrap(), "--json"];
+        let out = accel(&args, Some(&ascend));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        report["plugins"][0]["tiers"]["discover"]["tier"].as_str().unwrap().to_owned()
+    };
+    let real = "kind = \"real\"\nsummary = \"an Atlas 800T A2\"\n[[sources]]\nartifact = \"captured by a vendor\"\n";
+    assert_eq!(tier(Some(real)), "T2");
+    assert_eq!(tier(Some("kind = \"synthetic\"\nsummary = \"written by hand\"\n")), "T3");
+    assert_eq!(tier(None), "T3");
+    std::fs::write(capture.join("provenance.toml"), "kind = \"real\"\nsummary = \"no source\"\n").unwrap();
+    let args = ["conformance", "--plugin", "ascend", "--capture", capture.to_str().unwrap(), "--json"];
+    let out = accel(&args, Some(&ascend));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("provenance.toml"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -74,6 +74,9 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
         });
     }
     add_missing_functions(&mut machine);
+    // What an imported topology tool saw per PCI function (`accel import hwloc`), after every
+    // plugin has spoken, so a compute device none of them identified is named.
+    crate::osdevs::annotate(host, &mut machine);
     share_ray_managed_env(&mut machine, plugins);
     assign_indices(&mut machine);
     fill_isolation(&mut machine, plugins);

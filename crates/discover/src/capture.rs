@@ -167,6 +167,10 @@ pub fn capture(host: &Host, machine: &Machine, plugins: &[Box<dyn Vendor>]) -> (
     let p = |abs: &str| host.path(abs);
     c.dir_files(&p("/sys/class/dmi/id"), &["product_name", "sys_vendor"]);
     c.file(&p("/proc/sys/kernel/hostname"));
+    // An imported capture's OS devices (`accel import hwloc`; crate::osdevs) travel with it.
+    if host.exists(&p(crate::osdevs::OSDEVS_PATH)) {
+        c.file(&p(crate::osdevs::OSDEVS_PATH));
+    }
     c.file(&p("/proc/meminfo"));
     c.file(&p("/sys/devices/system/cpu/online"));
     let nodes = p("/sys/devices/system/node");

@@ -5,7 +5,7 @@
 //! Tiers, per capability (`discover`, `topology`, `isolate`, `health`, `metrics`):
 //! - **T3**: passes on at least one capture and fails on none;
 //! - **T2**: T3, and at least one passing capture is real (a public or contributed capture whose
-//!   README records its source);
+//!   provenance.toml says `real` and records its source, crate::provenance);
 //! - **T1**: T2, and a `--live` run on real hardware with the plugin's devices passes, with the
 //!   run's environment fingerprint attached;
 //! - **none**: no capture holds the plugin's devices, the capability is not provided, or a check
@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::exec::PluginError;
 use crate::fs::MemTree;
+use crate::provenance::{self, Provenance};
 use crate::{discover, linux, Host, OpenOptions, Source, Vendor};
 
 /// The capabilities a plugin is graded on.
@@ -52,9 +53,9 @@ pub const CHECKS: [(&str, &str); 12] = [
 pub struct Capture {
     pub name: String,
     pub host: Host,
-    /// A real machine's capture (its README says so), not a synthetic one.
+    /// A real machine's capture (its provenance.toml says `real`), not a derived or synthetic one.
     pub real: bool,
-    /// The README's first line, or where the capture came from.
+    /// Its provenance: kind and summary.
     pub source: String,
     /// The live machine (`--live`).
     pub live: bool,
@@ -66,21 +67,21 @@ impl Capture {
     /// An embedded sample.
     pub fn sample(name: &str, registry: accel_model::SkuRegistry) -> Option<Capture> {
         let tree = Arc::new(crate::samples::tree(name)?);
-        let readme = crate::samples::readme(name).unwrap_or("");
+        let provenance = crate::samples::provenance(name)?.ok();
         let options = OpenOptions { registry, network: false, ..OpenOptions::default() };
         Some(Capture {
             name: name.to_owned(),
             host: Host::open(&Source::Sample(name.to_owned()), options).ok()?,
-            real: is_real(readme),
-            source: first_line(readme),
+            real: is_real(provenance.as_ref()),
+            source: source_line(provenance.as_ref()),
             live: false,
             tree: Some(tree),
         })
     }
 
     /// A capture on disk: a directory holding `sys/`, a `capture.bundle` file, or a directory
-    /// holding one (`test_data/hosts/<name>`). Its README.md (beside it or in its parent) says
-    /// where it comes from. Opened like every other command opens a root (`Host::open`); the
+    /// holding one (`test_data/hosts/<name>`). Its provenance.toml (beside it or in its parent)
+    /// says where it comes from. Opened like every other command opens a root (`Host::open`); the
     /// robustness check mutates an in-memory copy of the tree.
     pub fn path(path: &Path, registry: accel_model::SkuRegistry) -> Result<Capture, String> {
         // `examples/plugins/ascend/capture` is named `ascend`, `hosts/x/capture.bundle` is `x`.
@@ -90,10 +91,7 @@ impl Capture {
             path
         };
         let name = named.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-        let readme = [path.join("README.md"), path.parent().map(|p| p.join("README.md")).unwrap_or_default()]
-            .iter()
-            .find_map(|p| crate::fs::read_regular(p, 1 << 20).ok().and_then(|b| String::from_utf8(b).ok()))
-            .unwrap_or_default();
+        let provenance = read_provenance(path)?;
         let root = if path.is_file() {
             path.to_path_buf()
         } else if path.join("capture.bundle").is_file() && !path.join("sys").is_dir() {
@@ -116,8 +114,8 @@ impl Capture {
         Ok(Capture {
             name,
             host,
-            real: is_real(&readme),
-            source: first_line(&readme),
+            real: is_real(provenance.as_ref()),
+            source: source_line(provenance.as_ref()),
             live: false,
             tree: Some(Arc::new(tree)),
         })
@@ -129,16 +127,29 @@ impl Capture {
     }
 }
 
-fn first_line(readme: &str) -> String {
-    readme.lines().next().unwrap_or("").trim_start_matches('#').trim().to_owned()
+/// The `provenance.toml` beside a capture (in the directory, or beside the bundle file), if any;
+/// one that does not parse is an error naming it, not a capture of unknown origin.
+fn read_provenance(path: &Path) -> Result<Option<Provenance>, String> {
+    let dir = if path.is_file() { path.parent().unwrap_or(path) } else { path };
+    let candidates = [dir.join(provenance::FILE), dir.parent().map(|p| p.join(provenance::FILE)).unwrap_or_default()];
+    let Some(file) = candidates.iter().find(|p| p.is_file()) else { return Ok(None) };
+    let bytes = crate::fs::read_regular(file, 1 << 20).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", file.display()))?;
+    Provenance::parse(&text).map(Some).map_err(|e| format!("{}: {e}", file.display()))
 }
 
-/// A capture is real when its README's title says so (`(real capture)`, `(real KFD capture)`) or
-/// it records a real machine as its source (hwloc's gathered machines).
-fn is_real(readme: &str) -> bool {
-    let title = first_line(readme).to_lowercase();
-    let text = readme.to_lowercase();
-    !title.contains("synthetic") && (title.contains("(real") || text.contains("of a real machine"))
+/// What the report names as the capture's source: its kind and summary.
+fn source_line(provenance: Option<&Provenance>) -> String {
+    match provenance {
+        Some(p) => format!("{}: {}", p.kind.as_str(), p.summary),
+        None => "no provenance.toml: origin unknown".into(),
+    }
+}
+
+/// A capture is evidence of a real machine only when its `provenance.toml` says `real` (which
+/// requires a recorded source); a derived or synthetic one, or one with no provenance, is not.
+fn is_real(provenance: Option<&Provenance>) -> bool {
+    provenance.is_some_and(|p| p.kind == provenance::Kind::Real)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -704,7 +715,10 @@ pub fn markdown(report: &Report, command: &str) -> String {
     s.push_str("Tiers per capability, on evidence (docs/contributing-hardware.md): **T3** passes on captures;\n");
     s.push_str("**T2** also passes on a real capture whose source is recorded; **T1** also passes `--live` on\n");
     s.push_str("real hardware with the run's environment fingerprint attached. `none`: no capture holds the\n");
-    s.push_str("plugin's devices, the capability is not provided, or a check fails.\n\n");
+    s.push_str("plugin's devices, the capability is not provided, or a check fails. A capture is real when\n");
+    s.push_str("its `provenance.toml` says `real` and names its source (`accel samples` prints each sample's\n");
+    s.push_str("kind); a capability is T2 only where a real capture holds the plugin's devices and exercises\n");
+    s.push_str("it (the evidence below names those captures), derived and synthetic ones give T3 at most.\n\n");
     s.push_str(&format!(
         "| plugin | kind | {} |\n|---|---|{}\n",
         CAPABILITIES.join(" | "),

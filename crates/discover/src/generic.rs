@@ -12,10 +12,11 @@ pub struct GenericPci;
 
 /// Vendors whose VGA functions are server management or emulated displays, never compute:
 /// ASPEED and Nuvoton BMCs, Matrox G200e, Cirrus Logic and Bochs/QEMU, Red Hat virtio-gpu,
-/// VMware SVGA, Microsoft Hyper-V, and Intel's integrated graphics (Intel GPUs with device memory
+/// VMware SVGA, Microsoft Hyper-V, Amazon EC2's emulated VGA (1d0f:1111; only VGA-class functions
+/// are filtered, never Amazon's accelerators), and Intel's integrated graphics (Intel GPUs with device memory
 /// are reported by the `intel-gpu` plugin, which runs first). Unless the registry knows the
 /// device, these are not reported.
-const DISPLAY_ONLY_VENDORS: &[u16] = &[0x1a03, 0x1050, 0x102b, 0x1013, 0x1234, 0x1b36, 0x15ad, 0x1414, 0x8086];
+const DISPLAY_ONLY_VENDORS: &[u16] = &[0x1a03, 0x1050, 0x102b, 0x1013, 0x1234, 0x1b36, 0x15ad, 0x1414, 0x8086, 0x1d0f];
 
 /// Whether a PCI class is one the generic plugin treats as an accelerator.
 pub fn is_accelerator_class(class: PciClass) -> bool {

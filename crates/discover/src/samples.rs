@@ -1,32 +1,40 @@
-//! Captured machines embedded in the binary (`accel topo --sample NAME`, `accel samples`), for
-//! demos, the planner's tests and anyone without the hardware. Each is a bundle from
-//! `test_data/hosts/<name>/capture.bundle`, whose README names its sources.
+//! Machines embedded in the binary (`accel topo --sample NAME`, `accel samples`), for demos, the
+//! planner's tests and anyone without the hardware. Each is a bundle from
+//! `test_data/hosts/<name>/capture.bundle`, whose README describes it and whose
+//! `provenance.toml` says whether it is `real`, `derived` or `synthetic` (crate::provenance).
 
 use std::sync::Arc;
 
 use accel_model::{Machine, SkuRegistry};
 
 use crate::fs::MemTree;
+use crate::provenance::Provenance;
 use crate::{default_plugins, discover, Host};
 
 /// Every embedded sample, by name: each `test_data/hosts/<name>/capture.bundle` with its README
-/// (found by build.rs, in name order).
-const SAMPLES: &[(&str, &[u8], &str)] = include!(concat!(env!("OUT_DIR"), "/samples.rs"));
+/// and its provenance.toml (found by build.rs, in name order).
+const SAMPLES: &[(&str, &[u8], &str, &str)] = include!(concat!(env!("OUT_DIR"), "/samples.rs"));
 
 /// Names of the embedded samples, in a stable order.
 pub fn names() -> Vec<&'static str> {
-    SAMPLES.iter().map(|(n, _, _)| *n).collect()
+    SAMPLES.iter().map(|(n, ..)| *n).collect()
 }
 
 /// The file tree of a sample.
 pub fn tree(name: &str) -> Option<MemTree> {
-    let (_, bytes, _) = SAMPLES.iter().find(|(n, _, _)| *n == name)?;
+    let (_, bytes, ..) = SAMPLES.iter().find(|(n, ..)| *n == name)?;
     Some(MemTree::parse_bundle(bytes).expect("embedded samples are valid bundles (tested)"))
 }
 
-/// The README naming where a sample's facts come from (a real capture says so in its title).
+/// The README describing a sample.
 pub fn readme(name: &str) -> Option<&'static str> {
-    SAMPLES.iter().find(|(n, _, _)| *n == name).map(|(_, _, r)| *r)
+    SAMPLES.iter().find(|(n, ..)| *n == name).map(|(_, _, r, _)| *r)
+}
+
+/// A sample's provenance: `real`, `derived` or `synthetic`, its sources and traced facts
+/// (every embedded one parses: tested).
+pub fn provenance(name: &str) -> Option<Result<Provenance, crate::provenance::Error>> {
+    SAMPLES.iter().find(|(n, ..)| *n == name).map(|(_, _, _, p)| Provenance::parse(p))
 }
 
 /// A host reading a sample, with the given registry and no network.
@@ -51,5 +59,14 @@ mod tests {
             }
         }
         assert!(super::machine("nope").is_none());
+    }
+
+    #[test]
+    fn every_sample_states_its_provenance() {
+        for name in super::names() {
+            if let Err(e) = super::provenance(name).unwrap() {
+                panic!("test_data/hosts/{name}/provenance.toml: {e}");
+            }
+        }
     }
 }

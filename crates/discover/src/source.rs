@@ -17,7 +17,8 @@ pub enum Source {
     /// This machine (`/`): the only source that gets the process environment, NVML and the
     /// network.
     Live,
-    /// A captured directory holding `sys/` (and `proc/`), or a `capture.bundle` file.
+    /// A captured directory holding `sys/` (and `proc/`), a `capture.bundle` file, or a
+    /// directory holding `capture.bundle` (what `accel capture OUT` writes) but no `sys/`.
     Root(PathBuf),
     /// A captured machine embedded in the binary (`samples::names()`).
     Sample(String),
@@ -63,7 +64,7 @@ pub enum OpenError {
     Unreadable { path: String, source: std::io::Error },
     #[error("{0} is not a capture bundle: {1}")]
     NotBundle(String, String),
-    #[error("{0} has no sys/ directory: not a Linux root or a captured machine")]
+    #[error("{0} has no sys/ directory (and no capture.bundle): not a Linux root or a captured machine")]
     NoSys(String),
 }
 
@@ -77,12 +78,10 @@ impl Host {
             Source::Sample(name) => {
                 crate::samples::host(name, registry).ok_or_else(|| OpenError::NoSample(name.clone()))?
             }
-            Source::Root(root) if root.is_file() => {
-                let bytes = crate::fs::read_regular(root, crate::fs::MAX_BUNDLE_BYTES)
-                    .map_err(|source| OpenError::Unreadable { path: root.display().to_string(), source })?;
-                let tree = MemTree::parse_bundle(&bytes)
-                    .map_err(|e| OpenError::NotBundle(root.display().to_string(), e.to_string()))?;
-                Host::in_memory(Arc::new(tree), registry)
+            Source::Root(root) if root.is_file() => open_bundle(root, registry)?,
+            // `accel capture OUT` writes OUT/capture.bundle: OUT itself names the capture.
+            Source::Root(root) if !root.join("sys").is_dir() && root.join(BUNDLE_NAME).is_file() => {
+                open_bundle(&root.join(BUNDLE_NAME), registry)?
             }
             Source::Root(root) => {
                 check_root(root)?;
@@ -108,10 +107,56 @@ impl Host {
     }
 }
 
+/// The file `accel capture OUT` writes into OUT.
+pub const BUNDLE_NAME: &str = "capture.bundle";
+
+/// The in-memory host of a capture bundle file.
+fn open_bundle(path: &Path, registry: SkuRegistry) -> Result<Host, OpenError> {
+    let bytes = crate::fs::read_regular(path, crate::fs::MAX_BUNDLE_BYTES)
+        .map_err(|source| OpenError::Unreadable { path: path.display().to_string(), source })?;
+    let tree =
+        MemTree::parse_bundle(&bytes).map_err(|e| OpenError::NotBundle(path.display().to_string(), e.to_string()))?;
+    Ok(Host::in_memory(Arc::new(tree), registry))
+}
+
 fn check_root(root: &Path) -> Result<(), OpenError> {
     std::fs::read_dir(root).map_err(|source| OpenError::Unreadable { path: root.display().to_string(), source })?;
     if !root.join("sys").is_dir() {
         return Err(OpenError::NoSys(root.display().to_string()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(root: &Path) -> Result<Host, OpenError> {
+        Host::open(&Source::from_root(root), OpenOptions { network: false, ..OpenOptions::default() })
+    }
+
+    #[test]
+    fn a_bundle_file_and_a_directory_holding_one_open_alike() {
+        let dir = accel_testdata::TempDir::new("discover-source-bundle-dir");
+        let bytes = crate::samples::tree("mi300x").unwrap().to_bundle();
+        std::fs::write(dir.join(BUNDLE_NAME), &bytes).unwrap();
+        let plugins = crate::default_plugins();
+        let from_dir = crate::discover(&open(&dir).unwrap(), &plugins);
+        let from_file = crate::discover(&open(&dir.join(BUNDLE_NAME)).unwrap(), &plugins);
+        assert_eq!(from_dir.accelerators.len(), 8);
+        assert_eq!(serde_json::to_value(&from_dir).unwrap(), serde_json::to_value(&from_file).unwrap());
+
+        // A sys/ beside it wins: that directory is a captured tree, not a bundle's folder.
+        std::fs::create_dir(dir.join("sys")).unwrap();
+        assert!(crate::discover(&open(&dir).unwrap(), &plugins).accelerators.is_empty());
+
+        // Neither: the error says what was looked for.
+        let empty = accel_testdata::TempDir::new("discover-source-empty-dir");
+        let err = open(&empty).err().unwrap().to_string();
+        assert!(err.contains("no sys/ directory (and no capture.bundle)"), "{err}");
+        // A corrupt bundle in the directory is named as such.
+        std::fs::write(empty.join(BUNDLE_NAME), b"not a bundle").unwrap();
+        let err = open(&empty).err().unwrap().to_string();
+        assert!(err.contains("capture.bundle is not a capture bundle"), "{err}");
+    }
 }

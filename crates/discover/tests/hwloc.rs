@@ -6,6 +6,7 @@
 //! written by `accel capture`) hold just the files accel reads, which lstopo cannot use (see
 //! test_data/hosts/README.md).
 
+use accel_testdata::lstopo::LstopoPci;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
@@ -22,20 +23,9 @@ const DELIBERATE: &[(&str, &[&str])] =
     &[("hwloc-2p8co2t-8ve", &["0000:5f:03.0"]), ("hwloc-kvm-pcidomain32", &["10000:00:00.0", "10000:00:04.0"])];
 
 #[derive(Debug, Default)]
-struct HwlocPci {
-    /// `[vendor:device]` and the 16-bit class from `pci_type`.
-    ids: (u16, u16, u16),
-    /// Host bridge as `(domain, first bus)`.
-    host: (u32, u8),
-    /// Bridges above the function, root port first.
-    bridges: Vec<String>,
-    numa: BTreeSet<u32>,
-}
-
-#[derive(Debug, Default)]
 struct Hwloc {
     numa: BTreeMap<u32, CpuSet>,
-    pci: BTreeMap<String, HwlocPci>,
+    pci: BTreeMap<String, LstopoPci>,
 }
 
 fn lstopo(root: &Path) -> Hwloc {
@@ -58,35 +48,7 @@ fn lstopo(root: &Path) -> Hwloc {
             }
             Some("PCIDev") | Some("Bridge") if node.attribute("pci_busid").is_some() => {
                 let busid = node.attribute("pci_busid").unwrap().to_owned();
-                let mut entry = HwlocPci::default();
-                let pci_type = node.attribute("pci_type").unwrap();
-                let class = u16::from_str_radix(&pci_type[..4], 16).unwrap();
-                let ids = &pci_type[pci_type.find('[').unwrap() + 1..pci_type.find(']').unwrap()];
-                let (v, d) = ids.split_once(':').unwrap();
-                entry.ids = (u16::from_str_radix(v, 16).unwrap(), u16::from_str_radix(d, 16).unwrap(), class);
-                for anc in node.ancestors().skip(1).filter(|a| a.has_tag_name("object")) {
-                    if let Some(nodeset) = anc.attribute("nodeset") {
-                        if entry.numa.is_empty() {
-                            entry.numa = CpuSet::parse_mask(nodeset).unwrap().cpus().iter().copied().collect();
-                        }
-                        continue;
-                    }
-                    if anc.attribute("type") != Some("Bridge") {
-                        continue;
-                    }
-                    match anc.attribute("pci_busid") {
-                        Some(b) => entry.bridges.push(b.to_owned()),
-                        None => {
-                            // Host bridge: bridge_pci="0000:[17-1e]".
-                            let range = anc.attribute("bridge_pci").unwrap();
-                            let (dom, rest) = range.split_once(':').unwrap();
-                            let first = &rest[1..3];
-                            entry.host =
-                                (u32::from_str_radix(dom, 16).unwrap(), u8::from_str_radix(first, 16).unwrap());
-                        }
-                    }
-                }
-                entry.bridges.reverse();
+                let entry = accel_testdata::lstopo::pci_object(node);
                 hw.pci.insert(busid, entry);
             }
             _ => {}

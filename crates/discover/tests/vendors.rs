@@ -137,6 +137,10 @@ fn mig_machine(mig0: (Option<bool>, Vec<NvmlMigDevice>), mig1: (Option<bool>, Ve
     let mut t = MemTree::new();
     pci(&mut t, "0000:18:00.0", "10DE:2330", "30200");
     pci(&mut t, "0000:2a:00.0", "10DE:2330", "30200");
+    // The driver's record of each GPU's /dev/nvidia<minor>, as on a live host.
+    for (minor, bdf) in ["0000:18:00.0", "0000:2a:00.0"].iter().enumerate() {
+        t.add_file(format!("/proc/driver/nvidia/gpus/{bdf}/information"), format!("Device Minor: \t {minor}\n"));
+    }
     let dev = |index, bus: &str, (mig_enabled, mig_devices): (Option<bool>, Vec<NvmlMigDevice>)| NvmlDevice {
         index,
         pci_bus_id: bus.into(),

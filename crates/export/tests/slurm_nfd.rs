@@ -230,7 +230,8 @@ fn tpu_slices_make_a_torus() {
     let torus = &yaml.iter().find_map(|t| t.torus3d.as_ref()).expect("a torus3d topology").toruses[0];
     assert_eq!(torus.dims, Dims { x: 2, y: 2, z: 1 });
     assert_eq!(torus.nodes, "tpu-w0,tpu-w1,tpu-w2,tpu-w3");
-    assert!(files.gres_conf.contains("NodeName=tpu-w0 Name=tpu Type=tpu-v6e File=/dev/accel0"), "{}", files.gres_conf);
+    // A v6e chip's file is its VFIO group (the first chip's IOMMU group is 0 in the sample).
+    assert!(files.gres_conf.contains("NodeName=tpu-w0 Name=tpu Type=tpu-v6e File=/dev/vfio/0"), "{}", files.gres_conf);
     // A slice whose node count does not match its shape is left out, with a warning.
     c.nodes.pop();
     let files = slurm::export(&c, "/dev").unwrap();

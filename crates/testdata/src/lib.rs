@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod lstopo;
+
 /// A fresh directory of a test's own under the system's temporary directory
 /// (`accel-<name>-<pid>`), removed with everything in it when dropped, whether the test passes
 /// or fails: a test run leaves nothing behind.
@@ -119,4 +121,28 @@ pub fn bundle(name: &str) -> Vec<u8> {
     let out = Command::new("gzip").arg("-dc").arg(&gz).output().expect("run gzip (needed to unpack captures)");
     assert!(out.status.success(), "gzip failed on {}", gz.display());
     out.stdout
+}
+
+/// Reads a started `accel agent`'s stderr (piped) until it says where it serves, 60 s at most,
+/// then keeps draining it in a thread so the agent never blocks on a full pipe. Kills the agent
+/// and panics when it never says.
+pub fn agent_address(child: &mut std::process::Child) -> std::net::SocketAddr {
+    use std::io::BufRead;
+    let mut log = std::io::BufReader::new(child.stderr.take().expect("the agent's stderr is piped"));
+    let mut line = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let addr = loop {
+        line.clear();
+        if log.read_line(&mut line).unwrap_or(0) == 0 || std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the agent never said where it serves: {line}");
+        }
+        if let Some(rest) = line.trim().strip_prefix("accel agent: serving http://") {
+            break rest.trim_end_matches('/').parse().expect("the agent prints an address");
+        }
+    };
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut log, &mut std::io::sink());
+    });
+    addr
 }

@@ -6,7 +6,9 @@ Start-up never reports what did not happen: Ray runs with this interpreter's own
 whichever `ray` comes first on PATH); bad input exits 2 with one line before anything starts;
 an agent or sidecar that dies or does not come up exits 1 with the last lines of its log. What
 accel starts lives in Ray's real session directory (`<session>/accel/`, logs in
-`<session>/logs/accel-*.log`), never in the `session_latest` link's place."""
+`<session>/logs/accel-*.log`), never in the `session_latest` link's place.
+
+`cluster-json` prints the published machines as one cluster document (`accel.ray._export`)."""
 
 from __future__ import annotations
 
@@ -332,6 +334,25 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--root {args.root}: {e}" if args.root else f"cannot discover this machine: {e}") from None
 
 
+def _publish_lab(args: argparse.Namespace, name: str, accel_bin: str | None) -> None:
+    """`--lab`: the lab's name, the owner and this node's environment fingerprint (`accel env
+    --json`, of the same --sample or --root) into Ray's KV, for `accel lab run`."""
+    from ..lab._run import publish_lab  # the lab needs Python 3.11 (tomllib): imported only here
+
+    env = None
+    if accel_bin:
+        cmd = [accel_bin, "env", "--json"] + (["--sample", args.sample] if args.sample else ["--root", args.root] if args.root else [])
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            env = json.loads(out.stdout) if out.returncode == 0 else None
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            env = None
+    if env is None:
+        print("accel: warning: no `accel env --json` fingerprint for the lab (needs the accel binary: ACCEL_BIN or PATH)", file=sys.stderr)
+    publish_lab(name, args.lab, args.owner, env)
+    print(f"accel: node {name} joined lab {args.lab!r}" + (f" (owner {args.owner})" if args.owner else ""), file=sys.stderr)
+
+
 def start(argv: list[str]) -> int:
     """`python -m accel.ray start`."""
     parser = argparse.ArgumentParser(
@@ -353,7 +374,11 @@ def start(argv: list[str]) -> int:
     parser.add_argument("--agent-listen", default="127.0.0.1:9477", help="the agent's address (non-loopback needs a token)")
     parser.add_argument("--agent-token-file", help="the agent's bearer token file")
     parser.add_argument("--agent-interval", type=float, default=5.0, help="seconds between the agent's samples and the sidecar's rounds")
+    parser.add_argument("--lab", help="join the lab NAME (docs/lab.md): publish the lab, --owner and this node's `accel env` fingerprint")
+    parser.add_argument("--owner", default="", help="who maintains this lab node (with --lab)")
     args, ray_args = parser.parse_known_args(argv)
+    if args.owner and not args.lab:
+        return _usage_error("start", "--owner needs --lab")
     try:
         machine = _machine(args)
     except ValueError as e:
@@ -401,6 +426,8 @@ def start(argv: list[str]) -> int:
     try:
         session, temp_dir, gcs = _connect(address)
         publish_machine(name, machine)
+        if args.lab:
+            _publish_lab(args, name, accel_bin)
     except (ConnectionError, RuntimeError, TimeoutError) as e:
         print(f"accel: error: Ray started, but publishing this node at {address} failed: {e}", file=sys.stderr)
         print(f"accel: `{PROG} stop` stops Ray", file=sys.stderr)
@@ -484,11 +511,14 @@ def stop(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m accel.ray {start,stop} ...`."""
-    commands = {"start": start, "stop": stop}
+    """`python -m accel.ray {start,stop,cluster-json} ...`."""
+    from ._export import main as cluster_json
+
+    commands = {"start": start, "stop": stop, "cluster-json": cluster_json}
     if not argv or argv[0] not in commands:
         if argv[:1] in (["-h"], ["--help"]):
-            print(f"usage: {PROG} {{start,stop,sidecar}} [-h] ...\n\n{__doc__}")
+            print(f"usage: {PROG} {{start,stop,cluster-json,sidecar}} [-h] ...\n\n{__doc__}")
             return 0
-        return _usage_error("", f"expected a command: start or stop (got {argv[0]!r})" if argv else "expected a command: start or stop")
+        expected = "expected a command: start, stop or cluster-json"
+        return _usage_error("", f"{expected} (got {argv[0]!r})" if argv else expected)
     return commands[argv[0]](argv[1:])

@@ -1,6 +1,7 @@
 //! The AWS Neuron plugin: Inferentia and Trainium devices on PCI (vendor 0x1d0f, not the EFA/ENA
 //! network functions), with NeuronCore counts and NeuronLink neighbours from the Neuron sysfs
-//! (`/sys/devices/virtual/neuron_device/neuron<N>/{core_count,connected_devices}`).
+//! (`/sys/devices/virtual/neuron_device/neuron<N>/{core_count,connected_devices}`). Each
+//! device's number N (its `/dev/neuron<N>` and NeuronCore ids) is the driver's, from sysfs.
 
 use std::collections::BTreeSet;
 
@@ -49,13 +50,19 @@ impl Vendor for Neuron {
         crate::plugin::Environment {
             modules: ["neuron"].map(String::from).to_vec(),
             packages: ["aws-neuronx-runtime-lib", "aws-neuronx-dkms"].map(String::from).to_vec(),
-            facts: crate::plugin::read_fact(host, "runtime.neuron", "/opt/aws/neuron/share/neuron-runtime-version").into_iter().collect(),
+            facts: crate::plugin::read_fact(host, "runtime.neuron", "/opt/aws/neuron/share/neuron-runtime-version")
+                .into_iter()
+                .collect(),
             ..Default::default()
         }
     }
 
     fn capture(&self, _host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
-        vec![crate::plugin::Keep::Tree { path: "/sys/devices/virtual/neuron_device".into(), depth: 4 }]
+        vec![
+            crate::plugin::Keep::Tree { path: "/sys/devices/virtual/neuron_device".into(), depth: 4 },
+            // A `neuron<N>/device` link to the PCI function, where a driver makes one.
+            crate::plugin::Keep::ClassLinks("/sys/class/neuron_device".into()),
+        ]
     }
 
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
@@ -90,27 +97,35 @@ impl Vendor for Neuron {
         accs.sort_by_key(|a| a.pci);
         let dir = host.path(SYSFS);
         let names = host.list_dir(&dir, SRC, &mut report.warnings);
-        let mut neuron: Vec<u32> = names.iter().filter_map(|n| n.strip_prefix("neuron")?.parse().ok()).collect();
-        neuron.sort_unstable();
-        if neuron.is_empty() {
+        let mut ids: Vec<u32> =
+            names.iter().filter_map(|n| n.strip_prefix("neuron")?.parse().ok()).filter(|&n: &u32| n < 4096).collect();
+        ids.sort_unstable();
+        // Each device's id N: the name of its class device `neuron<N>`, which is also its
+        // /dev/neuron<N> minor (neuron_cdev.c, `ncdev_create_device_node`: `"neuron%d"` with
+        // minor = `nd->device_index`). The driver numbers Trn1/Inf2/Trn2 devices by the routing id
+        // their firmware reports, not in probe order (v2/v3 `neuron_pci_get_device_id_*`), so N is
+        // not the PCI position. It creates `neuron<N>` with no parent (`device_create(neuron_dev_class,
+        // NULL, ...)`), so sysfs links it to no PCI function; the bus/slot/function is only
+        // available through the NEURON_IOCTL_DEVICE_BDF ioctl (what neuron-ls prints). A `device`
+        // link, where one exists, pairs them; otherwise they are paired in PCI order, with a warning.
+        let slots: Vec<Option<u32>> = if ids.is_empty() {
             report.warnings.push(Warning {
                 source: SRC.into(),
                 path: Some(SYSFS.into()),
-                message: "Neuron driver sysfs missing: core counts and NeuronLink links unknown".into(),
+                message: "Neuron driver sysfs missing: device numbers assumed from PCI order; core counts and \
+                          NeuronLink links unknown"
+                    .into(),
             });
-        } else if neuron.len() != accs.len() {
-            report.warnings.push(Warning {
-                source: SRC.into(),
-                path: Some(SYSFS.into()),
-                message: format!("{} neuron devices in sysfs for {} on PCI; links ignored", neuron.len(), accs.len()),
-            });
-            neuron.clear();
-        }
-        // neuron<N> is the N-th device in PCI order (the driver probes in bus order).
+            (0..accs.len()).map(|i| u32::try_from(i).ok()).collect()
+        } else {
+            pair_ids(host, &dir, &ids, &accs, &mut report.warnings)
+        };
         let mut pairs = BTreeSet::new();
         let mut cores = 0u64;
         let mut core_counts: Vec<Option<u32>> = vec![None; accs.len()];
-        for (i, n) in neuron.iter().enumerate() {
+        let index_of = |n: u32| slots.iter().position(|s| *s == Some(n));
+        for (i, slot) in slots.iter().enumerate() {
+            let Some(n) = slot.filter(|n| ids.contains(n)) else { continue };
             let d = dir.join(format!("neuron{n}"));
             let arch = host.read_attr(&d.join("info/architecture/device_name"), SRC, &mut report.warnings);
             if let (Some(arch), true) = (arch, accs[i].family.is_none()) {
@@ -120,9 +135,10 @@ impl Vendor for Neuron {
                 t.parse::<u32>().ok().filter(|&c| c <= 1024)
             });
             cores += u64::from(core_counts[i].unwrap_or(0));
+            // `connected_devices` names neighbours by their N.
             let peers = host.parse_attr(&d.join("connected_devices"), SRC, &mut report.warnings, parse_connected);
             for p in peers.unwrap_or_default() {
-                match neuron.iter().position(|&x| x == p) {
+                match index_of(p) {
                     Some(j) if j != i => {
                         pairs.insert((i.min(j), i.max(j)));
                     }
@@ -137,25 +153,28 @@ impl Vendor for Neuron {
         if cores > 0 {
             report.attributes.insert("aws.neuron_cores".into(), cores.to_string());
         }
-        // Ray counts `neuron_cores` and NEURON_RT_VISIBLE_CORES takes core ids: the cores of the
-        // devices before it in PCI order come first.
-        let mut first = 0u32;
-        for (acc, count) in accs.iter_mut().zip(core_counts) {
+        // Ray counts `neuron_cores`; NEURON_RT_VISIBLE_CORES takes core ids, and the driver
+        // numbers device N's cores from N times the cores per device (neuron_cdev.c: core offset
+        // `nc_per_device * nd->device_index`; every device of a host has the same count), whatever
+        // the PCI order.
+        for (acc, (slot, count)) in accs.iter_mut().zip(slots.iter().zip(&core_counts)) {
             let count = count.unwrap_or_else(|| cores_per_device(acc.sku.as_deref()));
             acc.vocabulary.ray_units = Some(f64::from(count));
-            if count > 0 {
-                acc.vocabulary.isolation = vec![format!("{first}-{}", first + count - 1)];
+            let Some(first) = slot.and_then(|n| n.checked_mul(count)) else { continue };
+            if let Some(last) = (count > 0).then(|| first.checked_add(count - 1)).flatten() {
+                acc.vocabulary.isolation = vec![format!("{first}-{last}")];
             }
-            first += count;
         }
-        // The Neuron runtime opens /dev/neuron<N> (N in PCI order, as neuron<N> above).
-        for (i, acc) in accs.iter_mut().enumerate() {
-            acc.vocabulary.device_files = vec![format!("/dev/neuron{i}")];
+        // The Neuron runtime opens /dev/neuron<N>.
+        for (acc, slot) in accs.iter_mut().zip(&slots) {
+            if let Some(n) = slot {
+                acc.vocabulary.device_files = vec![format!("/dev/neuron{n}")];
+            }
         }
         if crate::plugin::has_dev(host) {
             let hidden: Vec<String> = accs
                 .iter()
-                .filter(|a| !host.exists(&host.path(&a.vocabulary.device_files[0])))
+                .filter(|a| a.vocabulary.device_files.first().is_some_and(|f| !host.exists(&host.path(f))))
                 .filter_map(|a| a.pci.map(|p| p.to_string()))
                 .collect();
             report.warnings.extend(crate::plugin::not_visible(
@@ -174,6 +193,67 @@ impl Vendor for Neuron {
         // Each device's NeuronCore range, set at discovery.
         isolate_by_index(devices, &["NEURON_RT_VISIBLE_CORES"])
     }
+}
+
+/// The device id N of each PCI function in `accs` (PCI order), from the sysfs ids `ids`: by
+/// a `neuron<N>/device` link to the function where one exists, else in PCI order with a
+/// warning that says so. A function left without an id (more functions than ids) gets `None`.
+fn pair_ids(
+    host: &Host,
+    dir: &std::path::Path,
+    ids: &[u32],
+    accs: &[Accelerator],
+    warnings: &mut Vec<Warning>,
+) -> Vec<Option<u32>> {
+    let mut slots: Vec<Option<u32>> = vec![None; accs.len()];
+    let mut linked = BTreeSet::new();
+    for &n in ids {
+        let link = dir.join(format!("neuron{n}/device"));
+        let Some(target) = host.resolve_link(&link) else { continue };
+        let addr = target.file_name().and_then(|f| f.to_str()).and_then(|f| f.parse::<accel_model::PciAddr>().ok());
+        match addr.and_then(|a| accs.iter().position(|acc| acc.pci == Some(a))) {
+            Some(i) if slots[i].is_none() => {
+                slots[i] = Some(n);
+                linked.insert(n);
+            }
+            Some(_) => {
+                warnings.push(host.warning(SRC, &link, "names a PCI function another device names; ignored".into()))
+            }
+            None => warnings.push(host.warning(SRC, &link, "leads to no Neuron PCI function; ignored".into())),
+        }
+    }
+    let rest: Vec<u32> = ids.iter().copied().filter(|n| !linked.contains(n)).collect();
+    let open: Vec<usize> = (0..accs.len()).filter(|&i| slots[i].is_none()).collect();
+    if rest.is_empty() && open.is_empty() {
+        return slots;
+    }
+    if rest.len() != open.len() {
+        warnings.push(Warning {
+            source: SRC.into(),
+            path: Some(SYSFS.into()),
+            message: format!(
+                "{} neuron devices in sysfs for {} on PCI; device numbers, core counts and links of the unpaired ones unknown",
+                ids.len(),
+                accs.len()
+            ),
+        });
+        return slots;
+    }
+    for (&i, &n) in open.iter().zip(&rest) {
+        slots[i] = Some(n);
+    }
+    let named: Vec<String> =
+        open.iter().zip(&rest).filter_map(|(&i, n)| accs[i].pci.map(|p| format!("{p}=neuron{n}"))).collect();
+    warnings.push(Warning {
+        source: SRC.into(),
+        path: Some(SYSFS.into()),
+        message: format!(
+            "sysfs links no neuron<N> to its PCI function: paired in PCI order ({}), which the driver does not \
+             promise (it numbers devices by firmware routing id)",
+            named.join(", ")
+        ),
+    });
+    slots
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! `TPU_*` environment or the GCE metadata `tpu-env` attribute, and ICI links join chips whose
 //! coordinates on the host differ by one step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use accel_model::{Accelerator, Domain, DomainKind, LinkKind, LinkKindInfo, Machine};
 
@@ -90,16 +90,30 @@ impl Vendor for Tpu {
         crate::plugin::Environment {
             modules: ["gasket", "apex", "accel"].map(String::from).to_vec(),
             packages: Vec::new(),
-            
+
             ..Default::default()
         }
     }
 
-    fn capture(&self, _host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
-        vec![
+    fn capture(&self, host: &Host, machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
+        // Each chip's IOMMU group as the kernel lists it (/sys/kernel/iommu_groups/<g>/devices/
+        // <bdf>, links to the functions), found from the functions' iommu_group links.
+        let groups: BTreeSet<String> = pci_functions(machine, 0x1ae0, |_| true)
+            .filter_map(|n| n.address)
+            .filter_map(|a| host.resolve_link(&host.path(&format!("/sys/bus/pci/devices/{a}/iommu_group"))))
+            .filter_map(|g| Some(g.file_name()?.to_str()?.parse::<u32>().ok()?.to_string()))
+            .collect();
+        let mut keep: Vec<crate::plugin::Keep> = groups
+            .into_iter()
+            .map(|g| crate::plugin::Keep::ClassLinks(format!("/sys/kernel/iommu_groups/{g}/devices")))
+            .collect();
+        keep.extend([
+            // Which /dev/accel<N> is which chip's (v2-v4).
+            crate::plugin::Keep::ClassLinks("/sys/class/accel".into()),
             crate::plugin::Keep::DeviceNodes { dir: "/dev".into(), prefix: "accel".into(), digits: false },
             crate::plugin::Keep::DeviceNodes { dir: "/dev/vfio".into(), prefix: String::new(), digits: true },
-        ]
+        ]);
+        keep
     }
 
     fn link_kinds(&self) -> Vec<LinkKindInfo> {
@@ -153,19 +167,44 @@ impl Vendor for Tpu {
             return report;
         }
         let mut accs: Vec<Accelerator> = chips.into_values().collect();
-        // Each chip's device node: /dev/accel<N> in PCI order (v2-v4), or, where that is absent
-        // and /dev is here to look in, the VFIO group of the chip's IOMMU group (v5e and later).
+        // Each chip's device node, found from the chip's own PCI function, never by position:
+        // /dev/accel<N> (v2-v4) where the class device /sys/class/accel/accel<N> has the chip's
+        // function as its `device`; else the VFIO group (v5e and later, the function bound to
+        // vfio-pci) named by the function's `iommu_group` link, /dev/vfio/<group>. Where /dev is
+        // here to look in, the node must exist. Only a chip with neither falls back to
+        // /dev/accel<position in PCI order>, with a warning.
         let check_dev = crate::plugin::has_dev(host);
+        let class_accel = accel_class_nodes(host, &mut report.warnings);
+        let group_of = iommu_groups(host, &mut report.warnings);
+        let mut assumed = Vec::new();
         for (i, acc) in accs.iter_mut().enumerate() {
-            let accel = format!("/dev/accel{i}");
-            let vfio = acc
-                .pci
-                .and_then(|p| host.resolve_link(&host.path(&format!("/sys/bus/pci/devices/{p}/iommu_group"))))
-                .and_then(|g| Some(format!("/dev/vfio/{}", g.file_name()?.to_str()?)));
-            acc.vocabulary.device_files = match vfio {
-                Some(v) if check_dev && !host.exists(&host.path(&accel)) && host.exists(&host.path(&v)) => vec![v],
-                _ => vec![accel],
-            };
+            let Some(pci) = acc.pci else { continue };
+            let chip = (pci.domain, pci.bus, pci.device);
+            let accel = class_accel.get(&chip).map(|n| format!("/dev/accel{n}"));
+            let vfio = host
+                .resolve_link(&host.path(&format!("/sys/bus/pci/devices/{pci}/iommu_group")))
+                .and_then(|g| g.file_name()?.to_str()?.parse::<u32>().ok())
+                .or_else(|| group_of.get(&pci).copied())
+                .map(|g| format!("/dev/vfio/{g}"));
+            let present = |f: &Option<String>| f.as_ref().filter(|f| !check_dev || host.exists(&host.path(f))).cloned();
+            let file = present(&accel).or_else(|| present(&vfio)).or_else(|| {
+                let positional = format!("/dev/accel{i}");
+                (!check_dev || host.exists(&host.path(&positional))).then(|| {
+                    assumed.push(format!("{pci}={positional}"));
+                    positional
+                })
+            });
+            acc.vocabulary.device_files = file.into_iter().collect();
+        }
+        if !assumed.is_empty() {
+            report.warnings.push(accel_model::Warning {
+                source: "tpu".into(),
+                path: Some("/sys/class/accel".into()),
+                message: format!(
+                    "no accel class device or IOMMU group names the device node of chips {}: assumed from PCI order",
+                    assumed.join(", ")
+                ),
+            });
         }
         // Slice facts: the environment (GKE, Ray) first, else GCE metadata.
         let meta = platform.attributes.get("gce.tpu-env").map(|t| parse_tpu_env(t)).unwrap_or_default();
@@ -272,6 +311,60 @@ impl Vendor for Tpu {
         }
         isolation
     }
+}
+
+/// Every PCI function's IOMMU group from the kernel's list of groups
+/// (`/sys/kernel/iommu_groups/<g>/devices/<bdf>`, Documentation/ABI/testing/sysfs-kernel-iommu_groups):
+/// what a capture keeps of the function's `iommu_group` link.
+fn iommu_groups(host: &Host, warnings: &mut Vec<accel_model::Warning>) -> BTreeMap<accel_model::PciAddr, u32> {
+    let dir = host.path("/sys/kernel/iommu_groups");
+    let mut out = BTreeMap::new();
+    for g in host.list_dir(&dir, "tpu", warnings) {
+        let Ok(group) = g.parse::<u32>() else { continue };
+        for name in host.list_dir(&dir.join(&g).join("devices"), "tpu", warnings) {
+            if let Ok(addr) = name.parse::<accel_model::PciAddr>() {
+                out.insert(addr, group);
+            }
+        }
+    }
+    out
+}
+
+/// `/sys/class/accel/accel<N>` entries whose `device` link is a TPU chip's PCI function, by chip
+/// (domain, bus, device): the N of its `/dev/accel<N>`. A chip two entries name keeps neither.
+fn accel_class_nodes(host: &Host, warnings: &mut Vec<accel_model::Warning>) -> BTreeMap<(u32, u8, u8), u32> {
+    let dir = host.path("/sys/class/accel");
+    let mut out: BTreeMap<(u32, u8, u8), u32> = BTreeMap::new();
+    let mut repeated = Vec::new();
+    for name in host.list_dir(&dir, "tpu", warnings) {
+        let Some(n) = name.strip_prefix("accel").and_then(|k| k.parse::<u32>().ok()) else { continue };
+        let Some(target) = host.resolve_link(&dir.join(&name).join("device")) else { continue };
+        let Some(addr) =
+            target.file_name().and_then(|f| f.to_str()).and_then(|f| f.parse::<accel_model::PciAddr>().ok())
+        else {
+            continue;
+        };
+        let vendor = host.read_attr(&target.join("vendor"), "tpu", warnings);
+        if vendor.as_deref().is_some_and(|v| !v.eq_ignore_ascii_case("0x1ae0")) {
+            continue;
+        }
+        let chip = (addr.domain, addr.bus, addr.device);
+        if out.insert(chip, n).is_some_and(|old| old != n) {
+            repeated.push(chip);
+        }
+    }
+    for chip in repeated {
+        out.remove(&chip);
+        warnings.push(host.warning(
+            "tpu",
+            &dir,
+            format!(
+                "two accel class devices name the chip at {:04x}:{:02x}:{:02x}; neither is used",
+                chip.0, chip.1, chip.2
+            ),
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

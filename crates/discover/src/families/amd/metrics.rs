@@ -55,4 +55,3 @@ pub fn read(host: &Host) -> (Readings, Vec<Warning>) {
     }
     (out, warnings)
 }
-

@@ -9,7 +9,9 @@ pub mod metrics;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning};
+use accel_model::{
+    Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
+};
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
@@ -211,6 +213,11 @@ impl Vendor for Amd {
         let mut hidden = Vec::new();
         // KFD's `hive_id`: the xGMI hive each GPU belongs to (0: none).
         let mut hives: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        // The HIP/ROCr device index: ROCr registers a GPU agent per KFD node in node-id order
+        // (ROCR-Runtime amd_topology.cpp, `BuildTopology`: `for (node_id = 0; node_id <
+        // props.NumNodes; node_id++)`), skipping those it cannot open, and HIP counts those
+        // agents. So it is the rank among usable GPU nodes in KFD order, not in PCI order.
+        let mut ordinal = 0u32;
         for n in &gpu_nodes {
             let minor = n.get("drm_render_minor");
             if check_dev && minor > 0 && !host.exists(&host.path(&render_node(minor))) {
@@ -222,6 +229,8 @@ impl Vendor for Amd {
                 }
                 continue;
             }
+            let hip_index = ordinal;
+            ordinal += 1;
             // A properties file without `location_id` (truncated) must not become 0000:00:00.0.
             let located = n.props.contains_key("location_id");
             let Some(addr) = kfd_pci_addr(n.get("domain"), n.get("location_id")).filter(|_| located) else {
@@ -306,6 +315,7 @@ impl Vendor for Amd {
             if minor > 0 {
                 acc.vocabulary.device_files = vec![render_node(minor)];
             }
+            acc.vocabulary.isolation = vec![hip_index.to_string()];
             if report.accelerators.iter().any(|a| a.id == acc.id) {
                 // Two KFD nodes naming one PCI function without a partition id to tell them apart.
                 report.warnings.push(Warning {

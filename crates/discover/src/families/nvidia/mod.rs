@@ -16,9 +16,9 @@ use accel_model::{
     Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
 };
 
-use nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, NvmlSource, RemoteType};
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
+use nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, NvmlSource, RemoteType};
 
 const SRC: &str = "nvidia";
 /// Where a capture keeps its NVML recording.
@@ -77,7 +77,11 @@ impl Vendor for Nvidia {
         let mut warnings = Vec::new();
         let mut read = |path: &str| host.read_text(&host.path(path), 64 * 1024, "env", &mut warnings);
         if let Some(v) = read("/proc/driver/nvidia/version") {
-            facts.push(("driver.nvidia.proc".into(), v.lines().next().unwrap_or("").to_owned(), "/proc/driver/nvidia/version".into()));
+            facts.push((
+                "driver.nvidia.proc".into(),
+                v.lines().next().unwrap_or("").to_owned(),
+                "/proc/driver/nvidia/version".into(),
+            ));
         }
         if let Some(v) = host.nvml().and_then(|n| n.snapshot().ok()).and_then(|s| s.driver_version) {
             facts.push(("driver.nvidia.nvml".into(), v, "nvml".into()));
@@ -88,7 +92,9 @@ impl Vendor for Nvidia {
         }
         for pci in machine.accelerators.iter().filter(|a| a.plugin == self.id()).filter_map(|a| a.pci) {
             let info = format!("/proc/driver/nvidia/gpus/{pci}/information");
-            if let Some(v) = read(&info).and_then(|t| t.lines().find_map(|l| l.strip_prefix("Video BIOS:").map(str::to_owned))) {
+            if let Some(v) =
+                read(&info).and_then(|t| t.lines().find_map(|l| l.strip_prefix("Video BIOS:").map(str::to_owned)))
+            {
                 facts.push((format!("firmware.{pci}.vbios"), v, info));
             }
         }
@@ -101,7 +107,8 @@ impl Vendor for Nvidia {
     }
 
     fn capture(&self, host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
-        let mut keep = vec![crate::plugin::Keep::EachEntry { dir: "/proc/driver/nvidia/gpus".into(), file: "information".into() }];
+        let mut keep =
+            vec![crate::plugin::Keep::EachEntry { dir: "/proc/driver/nvidia/gpus".into(), file: "information".into() }];
         // What NVML said, recorded for replay; a capture of a capture keeps the recording.
         match host.nvml().map(|n| n.snapshot()) {
             Some(Ok(snapshot)) => keep.extend(
@@ -113,10 +120,12 @@ impl Vendor for Nvidia {
         }
         // Its readings too (error counters, for the health verdict), likewise.
         match host.nvml().and_then(|n| n.metrics()) {
-            Some(m) => keep.extend(serde_json::to_string_pretty(&m).ok().map(|json| crate::plugin::Keep::Record {
-                path: metrics::RECORDED.into(),
-                bytes: json.into_bytes(),
-            })),
+            Some(m) => {
+                keep.extend(serde_json::to_string_pretty(&m).ok().map(|json| crate::plugin::Keep::Record {
+                    path: metrics::RECORDED.into(),
+                    bytes: json.into_bytes(),
+                }))
+            }
             None => keep.push(crate::plugin::Keep::File(metrics::RECORDED.into())),
         }
         keep
@@ -185,12 +194,11 @@ impl Vendor for Nvidia {
         let mut gpus: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x10de, is_gpu_class)
             .map(|n| (n.address.expect("filtered"), pci_accelerator(host, n, "nvidia", "nvidia")))
             .collect();
-        // The driver's /dev/nvidia<minor>: minors follow probe order, which is PCI bus order
-        // over every GPU of the host (a container given some GPUs keeps the host's minors).
-        // Set before NVML so MIG partitions share their GPU's file.
-        for (minor, gpu) in gpus.values_mut().enumerate() {
-            gpu.vocabulary.device_files = vec![format!("/dev/nvidia{minor}")];
-        }
+        // The driver's /dev/nvidia<minor>, as procfs records it for each GPU (`Device Minor:`);
+        // PCI order only where it records none. Set before NVML so MIG partitions share their
+        // GPU's file.
+        let proc_info = read_procfs(host, &mut report.warnings);
+        assign_device_files(&proc_info, &mut gpus, &mut report.warnings);
         let snapshot = match host.nvml() {
             Some(source) => source.snapshot(),
             None => match host.read_text(&host.path(RECORDED_NVML), 16 << 20, SRC, &mut report.warnings) {
@@ -205,7 +213,7 @@ impl Vendor for Nvidia {
                 report.unusable = keep_visible(&snapshot, &mut gpus, &mut report.warnings);
             }
             Err(e) => {
-                procfs(host, &mut gpus, &mut report.warnings);
+                procfs(&proc_info, &mut gpus);
                 if !gpus.is_empty() {
                     report.warnings.push(Warning {
                         source: SRC.into(),
@@ -228,11 +236,14 @@ impl Vendor for Nvidia {
     fn isolate(&self, devices: &[&Accelerator]) -> Isolation {
         // By UUID (`GPU-...`, and `MIG-...`, which CUDA takes only by UUID): a UUID names the
         // same device whatever subset of the host's GPUs this process sees (a container), where
-        // an index would not. Falls back to the index where a UUID is unknown (procfs without
-        // one), with CUDA told to count in PCI bus order as our indices do.
+        // an index would not. Falls back to NVML's index where a UUID is unknown (set at
+        // discovery), else the position in PCI order (procfs without a UUID), with CUDA told to
+        // count in PCI bus order as NVML does.
         let mut isolation = if devices.iter().any(|d| d.partition.is_some() || d.uuid.is_some()) {
-            let list: Vec<String> =
-                devices.iter().map(|d| d.uuid.clone().unwrap_or_else(|| d.index.to_string())).collect();
+            let list: Vec<String> = devices
+                .iter()
+                .flat_map(|d| d.uuid.clone().map_or_else(|| crate::plugin::isolation_values(d), |u| vec![u]))
+                .collect();
             Isolation { env: [("CUDA_VISIBLE_DEVICES".to_owned(), list.join(","))].into(), warnings: Vec::new() }
         } else {
             isolate_by_index(devices, &["CUDA_VISIBLE_DEVICES"])
@@ -317,6 +328,11 @@ fn apply_nvml(
             }
         }
         acc.uuid = dev.uuid.clone().or(acc.uuid.take());
+        if acc.uuid.is_none() {
+            // No UUID to select it by: NVML's own index, which CUDA (in PCI bus order) and
+            // nvidia-smi share, never our position in the list.
+            acc.vocabulary.isolation = vec![dev.index.to_string()];
+        }
         acc.serial = dev.serial.clone().filter(|s| !s.is_empty() && s != "N/A");
         if dev.memory_bytes.is_some() {
             acc.memory_bytes = dev.memory_bytes;
@@ -452,6 +468,8 @@ fn mig_partitions(parent: &Accelerator, dev: &NvmlDevice, warnings: &mut Vec<War
         let mut acc = parent.clone();
         acc.id = format!("{}-mig{}", parent.id, mig.index);
         acc.uuid = Some(uuid.to_owned());
+        // Selected by its own UUID, never by the parent's index.
+        acc.vocabulary.isolation.clear();
         acc.memory_bytes = mig.memory_bytes;
         acc.partition = Some(Partition {
             physical_id: parent.id.clone(),
@@ -466,12 +484,17 @@ fn mig_partitions(parent: &Accelerator, dev: &NvmlDevice, warnings: &mut Vec<War
     out
 }
 
-/// What `/proc/driver/nvidia/gpus/<bdf>/information` says: `Model:`, `GPU UUID:`, `Bus Location:`.
+/// What `/proc/driver/nvidia/gpus/<bdf>/information` says: `Model:`, `GPU UUID:`, `Bus Location:`,
+/// `Device Minor:`. The driver writes each line as `seq_printf(s, "Device Minor: \t %u\n",
+/// nvl->minor_num)` (NVIDIA/open-gpu-kernel-modules, kernel-open/nvidia/nv-procfs.c,
+/// `nv_procfs_read_gpu_info`); the minor is the N of `/dev/nvidia<N>`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ProcInfo {
     pub model: Option<String>,
     pub uuid: Option<String>,
     pub bus: Option<PciAddr>,
+    /// `Device Minor:` as a number, `Err(text)` when the line is there but not a number.
+    pub minor: Option<Result<u32, String>>,
 }
 
 pub fn parse_proc_information(text: &str) -> ProcInfo {
@@ -483,24 +506,121 @@ pub fn parse_proc_information(text: &str) -> ProcInfo {
             "Model" if !value.is_empty() => info.model = Some(value.to_owned()),
             "GPU UUID" if value.starts_with("GPU-") => info.uuid = Some(value.to_owned()),
             "Bus Location" => info.bus = parse_bus_id(value),
+            // The driver's minors are below 255 (`/dev/nvidia255` is nvidiactl).
+            "Device Minor" => {
+                info.minor = Some(value.parse::<u32>().ok().filter(|&m| m < 255).ok_or_else(|| value.to_owned()))
+            }
             _ => {}
         }
     }
     info
 }
 
-fn procfs(host: &Host, gpus: &mut BTreeMap<PciAddr, Accelerator>, warnings: &mut Vec<Warning>) {
+/// Every GPU's procfs `information`, by PCI address, with the file it came from.
+fn read_procfs(host: &Host, warnings: &mut Vec<Warning>) -> BTreeMap<PciAddr, (ProcInfo, String)> {
+    let mut out = BTreeMap::new();
     let dir = host.path("/proc/driver/nvidia/gpus");
     for name in host.list_dir(&dir, SRC, warnings) {
         let path = dir.join(&name).join("information");
         let Some(text) = host.read_attr(&path, SRC, warnings) else { continue };
         let info = parse_proc_information(&text);
-        let Some(addr) = info.bus.or_else(|| parse_bus_id(&name)) else { continue };
-        if let Some(acc) = gpus.get_mut(&addr) {
-            acc.uuid = info.uuid;
+        let Some(addr) = info.bus.or_else(|| parse_bus_id(&name)) else {
+            warnings.push(host.warning(SRC, &path, "names no PCI address (Bus Location); ignored".into()));
+            continue;
+        };
+        out.insert(addr, (info, host.display(&path)));
+    }
+    out
+}
+
+/// Each GPU's `/dev/nvidia<minor>` from its procfs `Device Minor:`. A GPU whose file is missing,
+/// unparsable or repeats another GPU's minor falls back to its position in PCI order (the
+/// driver's probe order on a host that hides none), with a warning naming the file and saying
+/// so; a fallback that would collide with a recorded minor gets no device file.
+fn assign_device_files(
+    proc_info: &BTreeMap<PciAddr, (ProcInfo, String)>,
+    gpus: &mut BTreeMap<PciAddr, Accelerator>,
+    warnings: &mut Vec<Warning>,
+) {
+    let warn = |path: Option<String>, message: String| Warning { source: SRC.into(), path, message };
+    let mut recorded: BTreeMap<PciAddr, u32> = BTreeMap::new();
+    let mut owners: BTreeMap<u32, Vec<PciAddr>> = BTreeMap::new();
+    for addr in gpus.keys() {
+        match proc_info.get(addr) {
+            Some((ProcInfo { minor: Some(Ok(m)), .. }, _)) => {
+                recorded.insert(*addr, *m);
+                owners.entry(*m).or_default().push(*addr);
+            }
+            Some((ProcInfo { minor: Some(Err(text)), .. }, path)) => {
+                let shown: String = text.chars().take(40).collect();
+                warnings.push(warn(Some(path.clone()), format!("unparsable Device Minor {shown:?}")));
+            }
+            Some((_, path)) => warnings.push(warn(Some(path.clone()), "has no Device Minor line".into())),
+            None => {}
+        }
+    }
+    for (minor, addrs) in owners.iter().filter(|(_, a)| a.len() > 1) {
+        let names: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        let paths: Vec<&str> = addrs.iter().filter_map(|a| proc_info.get(a)).map(|(_, p)| p.as_str()).collect();
+        warnings.push(warn(
+            paths.first().map(|p| (*p).to_owned()),
+            format!(
+                "GPUs {} all record Device Minor {minor} ({}); none of them is trusted",
+                names.join(", "),
+                paths.join(", ")
+            ),
+        ));
+        for a in addrs {
+            recorded.remove(a);
+        }
+    }
+    let taken: BTreeSet<u32> = recorded.values().copied().collect();
+    let mut assumed = Vec::new();
+    let mut unknown = Vec::new();
+    for (position, (addr, gpu)) in gpus.iter_mut().enumerate() {
+        let minor = match recorded.get(addr) {
+            Some(m) => *m,
+            None => {
+                let Ok(p) = u32::try_from(position) else { continue };
+                if taken.contains(&p) {
+                    unknown.push(addr.to_string());
+                    continue;
+                }
+                assumed.push(addr.to_string());
+                p
+            }
+        };
+        gpu.vocabulary.device_files = vec![format!("/dev/nvidia{minor}")];
+    }
+    if !assumed.is_empty() {
+        warnings.push(warn(
+            Some("/proc/driver/nvidia/gpus".into()),
+            format!(
+                "no usable Device Minor for GPUs {} (/proc/driver/nvidia/gpus/<bdf>/information missing or \
+                 unusable): their /dev/nvidia<N> is assumed from PCI order",
+                assumed.join(", ")
+            ),
+        ));
+    }
+    if !unknown.is_empty() {
+        warnings.push(warn(
+            Some("/proc/driver/nvidia/gpus".into()),
+            format!(
+                "no usable Device Minor for GPUs {}, and PCI order names another GPU's; no device file",
+                unknown.join(", ")
+            ),
+        ));
+    }
+}
+
+/// Without NVML: UUID and model from procfs.
+fn procfs(proc_info: &BTreeMap<PciAddr, (ProcInfo, String)>, gpus: &mut BTreeMap<PciAddr, Accelerator>) {
+    for (addr, (info, _)) in proc_info {
+        if let Some(acc) = gpus.get_mut(addr) {
+            acc.uuid.clone_from(&info.uuid);
             if acc.sku.is_none() {
-                if let Some(model) = info.model {
-                    acc.product = model;
+                if let Some(model) = &info.model {
+                    acc.product.clone_from(model);
                 }
             }
         }
@@ -529,7 +649,11 @@ mod tests {
         assert_eq!(info.model.as_deref(), Some("NVIDIA H100 80GB HBM3"));
         assert_eq!(info.uuid.as_deref(), Some("GPU-9e8f"));
         assert_eq!(info.bus, Some("0000:1b:00.0".parse().unwrap()));
+        assert_eq!(info.minor, None);
         assert_eq!(parse_proc_information("garbage"), ProcInfo::default());
+        assert_eq!(parse_proc_information("Device Minor: \t 3\n").minor, Some(Ok(3)));
+        assert_eq!(parse_proc_information("Device Minor: x\n").minor, Some(Err("x".into())));
+        assert_eq!(parse_proc_information("Device Minor: 255\n").minor, Some(Err("255".into())));
         assert_eq!(parse_bus_id("00000000:1B:00.0"), Some("0000:1b:00.0".parse().unwrap()));
     }
 

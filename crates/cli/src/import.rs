@@ -1,0 +1,89 @@
+//! `accel import hwloc FILE.xml`: another tool's record of a machine turned into a capture
+//! bundle that accel reads like any root (`accel topo --root BUNDLE`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use accel_discover::{default_plugins, discover, osdevs, Host};
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// hwloc's topology XML (`lstopo --of xml --whole-io`, XML format 2.0 or 3.0) as a capture
+    /// bundle.
+    ///
+    /// The bundle holds the sysfs and procfs files accel reads, synthesised from the XML: the PCI
+    /// tree nested by bridge (ids, class, locality), NUMA nodes (CPUs, memory, distances), the
+    /// netdevs and RDMA devices under their PCI functions, DMI strings and the hostname. The OS
+    /// devices hwloc recorded (GPU and runtime names, UUIDs, ports) go, with all their info
+    /// attributes, into `/accel/hwloc-osdevs.json`. What the XML does not show is not invented:
+    /// no PCIe lane width (hwloc keeps only GB/s), no driver files. Warnings (what was left out,
+    /// devices no plugin identifies) go to stderr.
+    #[command(
+        after_help = "Examples:\n  lstopo --of xml --whole-io machine.xml\n  accel import hwloc machine.xml -o machine.bundle\n  accel topo --root machine.bundle\n  accel import hwloc machine.xml > machine.bundle"
+    )]
+    Hwloc(HwlocArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HwlocArgs {
+    /// The hwloc XML file.
+    #[arg(value_name = "FILE.xml")]
+    file: PathBuf,
+    /// Write the bundle to this file (through a temporary file and a rename) instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "BUNDLE")]
+    output: Option<PathBuf>,
+}
+
+pub fn run(command: ImportCommand, out: &mut impl Write) -> Result<()> {
+    let ImportCommand::Hwloc(args) = command;
+    let limit = accel_hwloc::MAX_XML_BYTES as u64;
+    let bytes = accel_discover::fs::read_regular(&args.file, limit)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let import = accel_hwloc::import(&bytes).with_context(|| format!("cannot import {}", args.file.display()))?;
+    for w in &import.warnings {
+        eprintln!("accel: warning: {w}");
+    }
+    // Discover the result once, so a device hwloc saw that no plugin identifies is named now.
+    let tree = Arc::new(import.tree);
+    let host = Host::in_memory(tree.clone(), accel_model::SkuRegistry::builtin());
+    let mut machine = discover(&host, &default_plugins());
+    osdevs::annotate(&host, &mut machine);
+    for w in &machine.warnings {
+        eprintln!("accel: warning: {w}");
+    }
+    let bundle = tree.to_bundle();
+    let report = format!(
+        "imported hwloc XML {} ({}; {} accelerators found)",
+        import.version,
+        import.summary,
+        machine.accelerators.len()
+    );
+    match &args.output {
+        Some(path) => {
+            write_atomic(path, &bundle)?;
+            writeln!(out, "{report} into {}", path.display())?;
+        }
+        None => {
+            out.write_all(&bundle)?;
+            eprintln!("accel: {report}");
+        }
+    }
+    Ok(())
+}
+
+/// Writes through a temporary file beside `path` and a rename, so a reader never sees half.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!("cannot write {}", path.display()))
+    })
+}

@@ -1,0 +1,159 @@
+"""`accel lab repro RUN`: what differs between a run's environment and this machine's, and the
+exact commands that run its failing checks again, here or (`--on-node`) on the same nodes
+through Ray.
+
+The fingerprints are compared by the Rust CLI itself (`accel env --json` for this machine,
+`accel env diff A B` for the comparison), so the lab keeps no second copy of those rules. The
+commands come from the suite stored with the run (its checks as they were), not from a suite
+file that may have changed since."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+from ._store import Store
+from ._suite import Check, Suite, SuiteError, suite_from_json
+
+ENV_TIMEOUT_S = 60
+NOT_PASSED = ("fail", "error", "infra", "cancelled")
+
+
+class ReproError(Exception):
+    """A run that cannot be reproduced (unknown, no stored suite, no accel binary); one line."""
+
+
+def accel_binary() -> str:
+    """The `accel` binary: `ACCEL_BIN`, else `accel` on PATH; `ReproError` when neither."""
+    found = os.environ.get("ACCEL_BIN") or shutil.which("accel")
+    if not found or not os.access(found, os.X_OK):
+        raise ReproError("needs the accel binary (set ACCEL_BIN, or put `accel` on PATH)")
+    return found
+
+
+def this_environment(accel: str, source: list[str]) -> dict[str, Any]:
+    """`accel env --json` of this machine (or of `--sample`/`--root`, as `source` says)."""
+    try:
+        out = subprocess.run([accel, "env", "--json", *source], capture_output=True, text=True, timeout=ENV_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ReproError(f"`accel env --json` failed: {e}") from None
+    if out.returncode != 0:
+        raise ReproError(f"`accel env --json` failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+    doc: dict[str, Any] = json.loads(out.stdout)
+    return doc
+
+
+def env_diff(accel: str, stored: dict[str, Any], here: dict[str, Any]) -> tuple[bool, str]:
+    """(same, text) from `accel env diff STORED HERE`."""
+    with tempfile.TemporaryDirectory(prefix="accel-lab-repro-") as tmp:
+        a, b = os.path.join(tmp, "run.json"), os.path.join(tmp, "here.json")
+        for path, doc in ((a, stored), (b, here)):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+        try:
+            out = subprocess.run([accel, "env", "diff", a, b], capture_output=True, text=True, timeout=ENV_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ReproError(f"`accel env diff` failed: {e}") from None
+    if out.returncode not in (0, 1):
+        raise ReproError(f"`accel env diff` failed: {out.stderr.strip()}")
+    return out.returncode == 0, out.stdout
+
+
+def check_command(check: Check, commit: str) -> str:
+    """The shell lines that run `check` by hand as the lab does: a fresh directory, the
+    lab's variables, its timeout."""
+    env = [f"{k}={shlex.quote(v)}" for k, v in check.env]
+    lab_env = ["ACCEL_LAB_OUT=\"$d/out\"", f"ACCEL_LAB_CHECK={shlex.quote(check.name)}", f"ACCEL_LAB_COMMIT={shlex.quote(commit)}", "ACCEL_LAB_NODE=\"$(hostname)\"", "ACCEL_LAB_RUN=repro"]
+    run = " ".join(["env", *lab_env, *env, "timeout", "-k", "5", f"{check.timeout_s:g}", shlex.join(check.command)])
+    return f'd=$(mktemp -d) && mkdir "$d/out" "$d/work" && (cd "$d/work" && {run}); echo "exit status $?; results in $d/out"'
+
+
+def stored_suite(run: dict[str, Any]) -> Suite:
+    """The suite a run ran, as stored with it."""
+    if not run.get("suite_doc"):
+        raise ReproError(f"run {run['id']} has no stored suite (submitted from outside the lab?): no commands to give")
+    try:
+        return suite_from_json(run["suite_doc"])
+    except SuiteError as e:
+        raise ReproError(str(e)) from None
+
+
+def failing(store: Store, run_id: str, everything: bool = False) -> list[tuple[str, str, str, str]]:
+    """(check, node, verdict, env hash) of the run's results that did not pass (or all),
+    one per check and node, latest attempt last."""
+    out: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+    for r in store.results(run_id=run_id):
+        if everything or r["verdict"] in NOT_PASSED:
+            out[(r["check_name"], r["node"])] = (r["check_name"], r["node"], r["verdict"], r["env_hash"])
+    return list(out.values())
+
+
+def report(store: Store, run_id: str, *, accel: str, source: list[str], everything: bool = False) -> str:
+    """The text `accel lab repro` prints (without `--on-node`)."""
+    run = store.run(run_id)
+    if run is None:
+        raise ReproError(f"no run {run_id!r} in the store")
+    lines = [f"run {run_id}: suite {run['suite']} {run['suite_version']} at commit {run['commit_sha']} ({run['state']})", ""]
+    here = this_environment(accel, source)
+    results = store.results(run_id=run_id)
+    by_env: dict[str, set[str]] = {}
+    for r in results:
+        if r["env_hash"]:
+            by_env.setdefault(r["env_hash"], set()).add(r["node"])
+    if not by_env:
+        lines.append("no environment fingerprint was recorded with this run")
+    for env_hash, nodes in sorted(by_env.items()):
+        stored = store.fingerprint(env_hash)
+        if stored is None:
+            lines.append(f"environment of {', '.join(sorted(nodes))} ({env_hash[:16]}): not stored")
+            continue
+        same, text = env_diff(accel, stored, here)
+        lines.append(f"environment of {', '.join(sorted(nodes))} ({env_hash[:16]}) -> this machine: {'the same' if same else 'differs'}")
+        lines += ["  " + line for line in text.strip().splitlines() if not same]
+    lines.append("")
+    todo = failing(store, run_id, everything)
+    if not todo:
+        lines.append("every check passed or was skipped: nothing to reproduce (--all gives every check's command)")
+        return "\n".join(lines) + "\n"
+    suite = stored_suite(run)
+    lines.append(f"git checkout {shlex.quote(run['commit_sha'])}")
+    seen: set[str] = set()
+    for check_name, node, verdict, _ in todo:
+        try:
+            check = suite.check(check_name)
+        except SuiteError:
+            lines.append(f"# {check_name}: not in the stored suite")
+            continue
+        lines.append(f"# {check_name} ({verdict} on {node})")
+        if check_name not in seen:
+            lines.append(check_command(check, run["commit_sha"]))
+            seen.add(check_name)
+    lines.append("")
+    lines.append(f"# on the same nodes, through Ray: accel lab repro {run_id} --db <URL> --on-node")
+    return "\n".join(lines) + "\n"
+
+
+def rerun_on_nodes(store: Store, run_id: str, *, everything: bool = False) -> list[Any]:
+    """Runs the run's failing checks again on the nodes they failed on, through the connected
+    Ray cluster; one new run per node (source `repro`). Returns their summaries."""
+    from ._run import NODE_LABEL, run_suite
+
+    run = store.run(run_id)
+    if run is None:
+        raise ReproError(f"no run {run_id!r} in the store")
+    suite = stored_suite(run)
+    per_node: dict[str, list[str]] = {}
+    for check_name, node, _, _ in failing(store, run_id, everything):
+        if node != "-" and check_name not in per_node.setdefault(node, []):
+            per_node[node].append(check_name)
+    summaries = []
+    for node, names in sorted(per_node.items()):
+        subset = Suite(name=suite.name, version=suite.version, description=suite.description, checks=tuple(c for c in suite.checks if c.name in names))
+        if subset.checks:
+            summaries.append(run_suite(subset, store, commit=run["commit_sha"], lab=run["lab"], selectors={NODE_LABEL: node}, command=f"accel lab repro {run_id} --on-node", source="repro"))
+    return summaries
