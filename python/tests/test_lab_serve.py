@@ -298,7 +298,8 @@ async def _browse(base: str, profile: pathlib.Path, screenshot: pathlib.Path) ->
                 facts["matrix"] = await dt.evaluate("[...document.querySelectorAll('#matrix td[data-sku]')].map(td => td.dataset.sku + ' ' + td.className + ' ' + td.textContent)")
                 facts["styled"] = await dt.evaluate("getComputedStyle(document.querySelector('#matrix td.pass')).backgroundColor")
                 facts["regressions"] = await dt.evaluate("[...document.querySelectorAll('#regressions tr')].slice(1).map(r => r.textContent)")
-                facts["stale"] = await dt.evaluate("document.getElementById('stale').textContent")
+                facts["stale"] = await dt.evaluate("[...document.querySelectorAll('#stale tr')].slice(1).map(r => r.textContent)")
+                facts["flaky"] = await dt.evaluate("[...document.querySelectorAll('#flaky tr')].slice(1).map(r => r.textContent)")
                 facts["scripts"] = await dt.evaluate("document.querySelectorAll('script').length")
                 shot = await dt.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
                 screenshot.write_bytes(__import__("base64").b64decode(shot["data"]))
@@ -329,6 +330,12 @@ def test_the_page_in_chromium(served: Served, tmp_path: pathlib.Path) -> None:
     assert facts["styled"] == "rgb(217, 242, 217)", "the same-origin stylesheet applies under the CSP"
     [reg] = facts["regressions"]
     assert "lat_us" in reg and "c07..c08" in reg and "h100-team" in reg
+    # The flaky check (pass and fail at c10 in one environment), and the MI300X, which never
+    # passed, as stale hardware with its owners.
+    [flaky] = facts["flaky"]
+    assert "nightly/flaky" in flaky and "c10" in flaky and "h100-team" in flaky, flaky
+    assert any("amd-mi300x" in row and "amd-team, amd-oncall" in row for row in facts["stale"]), facts["stale"]
+    assert not any("nvidia-h100-sxm" in row for row in facts["stale"]), facts["stale"]
     assert facts["scripts"] == 0
     assert facts["history"] == 12
     assert "accel lab repro" in facts["repro"]
