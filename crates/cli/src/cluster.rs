@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -364,59 +363,33 @@ fn parse_agent_url(url: &str) -> Result<AgentUrl> {
     Ok(AgentUrl { addr, host: authority.to_owned(), prefix })
 }
 
-/// One GET over HTTP/1.0 before `deadline`: the status and the body. The token goes in the
-/// `Authorization` header only; no error quotes a header.
+/// One GET over HTTP/1.0 before `deadline` (discovery's client, `accel_discover::net`): the
+/// status and the body. The token goes in the `Authorization` header only; no error quotes a
+/// header.
 fn http_get(url: &AgentUrl, path: &str, token: Option<&str>, deadline: Instant) -> Result<(u16, Vec<u8>)> {
-    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()).context("timed out");
-    let addrs: Vec<_> = url.addr.to_socket_addrs().with_context(|| format!("cannot resolve {}", url.addr))?.collect();
-    let mut stream = None;
-    let mut last = None;
-    for addr in addrs {
-        match TcpStream::connect_timeout(&addr, left()?) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
+    use accel_discover::net::{exchange, Exchange, NetError};
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Accept", "application/json")];
+    if let Some(b) = &bearer {
+        headers.push(("Authorization", b.as_str()));
     }
-    let mut stream = match (stream, last) {
-        (Some(s), _) => s,
-        (None, Some(e)) => return Err(e).context(format!("cannot connect to {}", url.addr)),
-        (None, None) => bail!("{} resolves to no address", url.addr),
+    let target = format!("{}{path}", url.prefix);
+    let x = Exchange {
+        method: "GET",
+        addr: &url.addr,
+        host: &url.host,
+        path: &target,
+        headers: &headers,
+        deadline,
+        connect_timeout: AGENT_TIMEOUT,
+        max_bytes: MAX_AGENT_ANSWER + 64 * 1024,
     };
-    stream.set_write_timeout(Some(left()?))?;
-    let mut head = format!(
-        "GET {}{path} HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n",
-        url.prefix, url.host
-    );
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).context("sending the request")?;
-    let mut answer = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // Re-armed with what is left, so a trickling server cannot outlast the deadline.
-        stream.set_read_timeout(Some(left()?))?;
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                answer.extend_from_slice(&buf[..n]);
-                if answer.len() > MAX_AGENT_ANSWER + 64 * 1024 {
-                    bail!("{path}: the answer is larger than {} MiB", MAX_AGENT_ANSWER >> 20);
-                }
-            }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                bail!("{path}: no complete answer within {} s", AGENT_TIMEOUT.as_secs())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).context(format!("{path}: reading the answer")),
-        }
-    }
-    let (status, body) =
-        accel_discover::net::parse_response(&answer).map_err(|_| anyhow::anyhow!("{path}: not an HTTP answer"))?;
+    let (status, body) = exchange(&x).map_err(|e| match e {
+        NetError::Budget => anyhow::anyhow!("{path}: no complete answer within {} s", AGENT_TIMEOUT.as_secs()),
+        NetError::TooLarge(_) => anyhow::anyhow!("{path}: the answer is larger than {} MiB", MAX_AGENT_ANSWER >> 20),
+        NetError::Malformed => anyhow::anyhow!("{path}: not an HTTP answer"),
+        other => anyhow::anyhow!("{path}: {other}"),
+    })?;
     if body.len() > MAX_AGENT_ANSWER {
         bail!("{path}: the answer is larger than {} MiB", MAX_AGENT_ANSWER >> 20);
     }

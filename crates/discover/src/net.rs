@@ -1,5 +1,5 @@
-//! A tiny HTTP/1.0 client over `std::net` for metadata servers (GCE, EC2 IMDS): plain `http://`
-//! only, short timeouts, and one deadline shared by every look-up of a discovery run, so the
+//! A tiny HTTP/1.0 client over `std::net` for metadata servers (GCE, EC2 IMDS) and, through
+//! [`exchange`], `accel cluster build --from-agent`: plain `http://` only, short timeouts, and one deadline shared by every look-up of a discovery run, so the
 //! network never holds discovery up for longer than [`crate::NetConfig::budget`].
 
 use std::io::{Read, Write};
@@ -26,6 +26,8 @@ pub enum NetError {
     Status(u16),
     #[error("malformed HTTP response")]
     Malformed,
+    #[error("the answer is larger than {0} bytes")]
+    TooLarge(usize),
 }
 
 /// Splits `http://host[:port]/path` into `(host:port, path)`.
@@ -55,54 +57,88 @@ pub fn parse_response(bytes: &[u8]) -> Result<(u16, Vec<u8>), NetError> {
     Ok((code, bytes[end + 4..].to_vec()))
 }
 
-/// One request (`GET` or `PUT` with an empty body) before `deadline`. Returns the body of a 200.
-pub fn request(method: &str, url: &str, headers: &[(&str, &str)], deadline: Instant) -> Result<String, NetError> {
-    let (authority, path) = split_url(url).ok_or_else(|| NetError::Url(url.to_owned()))?;
+/// One HTTP/1.0 exchange, as [`exchange`] makes it.
+#[derive(Debug, Clone)]
+pub struct Exchange<'a> {
+    /// `GET`, or `PUT` (sent with an empty body).
+    pub method: &'a str,
+    /// `host:port` to connect to (each address it resolves to is tried in turn).
+    pub addr: &'a str,
+    /// The `Host` header.
+    pub host: &'a str,
+    /// The request target (`/path`).
+    pub path: &'a str,
+    /// Extra header lines (a token goes here: no error quotes a header).
+    pub headers: &'a [(&'a str, &'a str)],
+    /// Everything, connecting included, ends by then.
+    pub deadline: Instant,
+    /// The longest one connect attempt may take.
+    pub connect_timeout: Duration,
+    /// The most the whole answer may hold.
+    pub max_bytes: usize,
+}
+
+/// Sends one request and reads the whole answer before the deadline (re-arming the read
+/// timeout with what is left, so a trickling server cannot outlast it): its status and body.
+pub fn exchange(x: &Exchange<'_>) -> Result<(u16, Vec<u8>), NetError> {
     let left = |deadline: Instant| deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
     let io = |e: std::io::Error| NetError::Io(e.to_string());
     let mut stream = None;
-    for addr in authority.to_socket_addrs().map_err(io)? {
-        let timeout = left(deadline).ok_or(NetError::Budget)?.min(CONNECT_TIMEOUT);
+    for addr in x.addr.to_socket_addrs().map_err(io)? {
+        let timeout = left(x.deadline).ok_or(NetError::Budget)?.min(x.connect_timeout);
         if let Ok(s) = TcpStream::connect_timeout(&addr, timeout) {
             stream = Some(s);
             break;
         }
     }
-    let mut stream = stream.ok_or_else(|| NetError::Io(format!("cannot connect to {authority}")))?;
-    let timeout = left(deadline).ok_or(NetError::Budget)?;
-    stream.set_read_timeout(Some(timeout)).map_err(io)?;
-    stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let host = authority.rsplit_once(':').map_or(authority.as_str(), |(h, _)| h);
-    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n");
-    for (k, v) in headers {
+    let mut stream = stream.ok_or_else(|| NetError::Io(format!("cannot connect to {}", x.addr)))?;
+    stream.set_write_timeout(Some(left(x.deadline).ok_or(NetError::Budget)?)).map_err(io)?;
+    let mut req = format!("{} {} HTTP/1.0\r\nHost: {}\r\nConnection: close\r\n", x.method, x.path, x.host);
+    for (k, v) in x.headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
-    if method == "PUT" {
+    if x.method == "PUT" {
         req.push_str("Content-Length: 0\r\n");
     }
     req.push_str("\r\n");
     stream.write_all(req.as_bytes()).map_err(io)?;
     let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
-        // Re-arm the timeout with what is left, so a trickling server cannot outlast the deadline.
-        let timeout = left(deadline).ok_or(NetError::Budget)?;
-        stream.set_read_timeout(Some(timeout)).map_err(io)?;
+        stream.set_read_timeout(Some(left(x.deadline).ok_or(NetError::Budget)?)).map_err(io)?;
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 out.extend_from_slice(&buf[..n]);
-                if out.len() > MAX_RESPONSE {
-                    return Err(NetError::Io("response too large".into()));
+                if out.len() > x.max_bytes {
+                    return Err(NetError::TooLarge(x.max_bytes));
                 }
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 return Err(NetError::Budget)
             }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(io(e)),
         }
     }
-    let (code, body) = parse_response(&out)?;
+    parse_response(&out)
+}
+
+/// One request (`GET` or `PUT` with an empty body) to a metadata server before `deadline`.
+/// Returns the body of a 200.
+pub fn request(method: &str, url: &str, headers: &[(&str, &str)], deadline: Instant) -> Result<String, NetError> {
+    let (authority, path) = split_url(url).ok_or_else(|| NetError::Url(url.to_owned()))?;
+    let host = authority.rsplit_once(':').map_or(authority.as_str(), |(h, _)| h);
+    let (code, body) = exchange(&Exchange {
+        method,
+        addr: &authority,
+        host,
+        path: &path,
+        headers,
+        deadline,
+        connect_timeout: CONNECT_TIMEOUT,
+        max_bytes: MAX_RESPONSE,
+    })?;
     if code != 200 {
         return Err(NetError::Status(code));
     }
