@@ -110,7 +110,8 @@ def _start(env: dict[str, str], ray_dir: pathlib.Path, *extra: str) -> subproces
     "args, says",
     [
         (["--sample", "dgx-h10"], "unknown sample 'dgx-h10'; did you mean 'dgx-h100'?"),
-        (["--sample", "no-such-machine"], "(known: aws-p4d-24xlarge, aws-p5en-48xlarge, aws-p6-b200-48xlarge, dgx-h100, "),
+        (["--sample", "no-such-machine"], "(known: aws-p4d-24xlarge, aws-p5en-48xlarge, aws-p6-b200-48xlarge, aws-p6-b300-48xlarge, "
+            "aws-p6e-gb200-36xlarge, dgx-h100, "),
         (["--root", "/nonexistent-accel-root"], "--root /nonexistent-accel-root:"),
         (["--sample", "mi300x", "--agent-interval", "0"], "--agent-interval 0 is not between"),
     ],

@@ -28,6 +28,8 @@ const XMLS: &[&str] = &[
     "aws-p4d-24xlarge.xml",
     "aws-p5en-48xlarge.xml",
     "aws-p6-b200-48xlarge.xml",
+    "aws-p6-b300-48xlarge.xml",
+    "aws-p6e-gb200-36xlarge.xml",
 ];
 
 /// PCI functions that appear twice in an XML (hwloc's own test file was edited by hand; a
@@ -319,6 +321,41 @@ fn cloud_facts_by_hand() {
     assert_eq!((cx7.netdev.as_deref(), cx7.rdma_device.as_deref()), (Some("ibp115s0f0"), Some("ibp115s0f0")));
     let state = host.read_attr(&host.path("/sys/class/infiniband/ibp116s0f0/ports/1/lid"), "t", &mut Vec::new());
     assert_eq!(state.as_deref(), Some("0x4"));
+
+    // p6-b300.48xlarge: 8 B300 (10de:3182), each alone with two EFA (1d0f:efa3) and an NVMe on
+    // its own PCIe switch, four per socket; one ENA; two ConnectX-7 (15b3:1021) on socket 1.
+    let (_, _, m) = accel(&read_xml("aws-p6-b300-48xlarge.xml").unwrap());
+    assert_eq!(m.host.product_name.as_deref(), Some("p6-b300.48xlarge"));
+    assert_eq!(count(&m, 0x10de, 0x3182), 8, "B300");
+    assert_eq!(count(&m, 0x1d0f, 0xefa3), 16, "EFA");
+    assert_eq!(count(&m, 0x1d0f, 0xec20), 1, "ENA");
+    assert_eq!(count(&m, 0x15b3, 0x1021), 2, "ConnectX-7");
+    let b300: Vec<_> = m.accelerators.iter().filter(|a| a.pci_device.map(|d| d.0) == Some(0x3182)).collect();
+    assert_eq!(b300.len(), 8);
+    assert!(b300.iter().all(|a| a.sku.as_deref() == Some("nvidia-b300")), "{b300:?}");
+    assert_eq!(b300.iter().filter(|a| a.numa_node == Some(1)).count(), 4);
+    assert_eq!(m.nics.iter().filter(|n| n.rdma_device.is_some()).count(), 18);
+    assert_eq!(m.numa_nodes.iter().map(|n| n.cpus.len()).collect::<Vec<_>>(), [96, 96]);
+    assert_eq!(m.numa_nodes[0].distances.get(&1), Some(&21));
+    // The GPU at 58:00.0 and rdmap86s0 (56:00.0) meet under the switch port 4c:00.0.
+    let (_, gpu_chain) = chain(&m, "0000:58:00.0").unwrap();
+    let (_, efa_chain) = chain(&m, "0000:56:00.0").unwrap();
+    assert_eq!(gpu_chain[..2], efa_chain[..2]);
+    assert_eq!(gpu_chain[..2], ["0000:4b:00.0".to_owned(), "0000:4c:00.0".to_owned()]);
+
+    // p6e-gb200.36xlarge (aarch64): 4 GB200 (10de:2941), 16 EFA, 9 ENA; two Grace packages of 72
+    // single-thread cores, one NUMA node each, two GPUs per package.
+    let (_, _, m) = accel(&read_xml("aws-p6e-gb200-36xlarge.xml").unwrap());
+    assert_eq!(m.host.product_name.as_deref(), Some("p6e-gb200.36xlarge"));
+    assert_eq!(count(&m, 0x10de, 0x2941), 4, "GB200");
+    assert_eq!(count(&m, 0x1d0f, 0xefa3), 16, "EFA");
+    assert_eq!(count(&m, 0x1d0f, 0xec20), 9, "ENA");
+    let gb200: Vec<_> = m.accelerators.iter().filter(|a| a.pci_device.map(|d| d.0) == Some(0x2941)).collect();
+    assert_eq!(gb200.len(), 4);
+    assert_eq!(gb200.iter().map(|a| a.numa_node).collect::<Vec<_>>(), [Some(0), Some(0), Some(1), Some(1)]);
+    assert_eq!(m.nics.iter().filter(|n| n.rdma_device.is_some()).count(), 16);
+    assert_eq!(m.numa_nodes.iter().map(|n| n.cpus.len()).collect::<Vec<_>>(), [72, 72]);
+    assert_eq!(m.numa_nodes[0].distances.get(&1), Some(&20));
 
     let (_, _, m) = accel(&read_xml("aws-p4d-24xlarge.xml").unwrap());
     assert_eq!(m.host.product_name.as_deref(), Some("p4d.24xlarge"));

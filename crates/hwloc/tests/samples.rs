@@ -9,6 +9,8 @@ const IMPORTED: &[(&str, &str)] = &[
     ("aws-p4d-24xlarge", "aws-p4d-24xlarge.xml"),
     ("aws-p5en-48xlarge", "aws-p5en-48xlarge.xml"),
     ("aws-p6-b200-48xlarge", "aws-p6-b200-48xlarge.xml"),
+    ("aws-p6-b300-48xlarge", "aws-p6-b300-48xlarge.xml"),
+    ("aws-p6e-gb200-36xlarge", "aws-p6e-gb200-36xlarge.xml"),
 ];
 
 fn repo() -> &'static Path {
