@@ -92,14 +92,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     command = shlex.join(["accel", "lab", "run", args.suite, "--db", "<URL>", *[f"--select={s}" for s in args.select], *(["--one-per", args.one_per] if args.one_per else []), "--commit", commit])
     with open_store(args.db) as store:
         _connect(args.address)
+        # Ctrl-C sets an event the dispatch loop reads every poll, installed after Ray's own
+        # start-up so that nothing of Ray's can take the signal (a KeyboardInterrupt raised inside
+        # one of its calls could be swallowed there).
+        interrupted = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
         try:
             try:
-                summary: Summary = run_suite(suite, store, commit=commit, lab=args.lab, selectors=selectors, one_per=args.one_per, command=command, on_result=_print_result)
+                summary: Summary = run_suite(suite, store, commit=commit, lab=args.lab, selectors=selectors, one_per=args.one_per, command=command, cancel=interrupted, on_result=_print_result)
             except KeyboardInterrupt as e:
                 summary = e.args[0] if e.args and isinstance(e.args[0], Summary) else Summary("?", "cancelled", {})
+                interrupted.set()
+            if interrupted.is_set():
                 print(f"run {summary.run_id}: cancelled (Ctrl-C); {_counts(summary.counts)}", file=sys.stderr)
                 return 130
         finally:
+            signal.signal(signal.SIGINT, previous)
             ray.shutdown()
     print(f"run {summary.run_id}: {summary.state}; {_counts(summary.counts)}")
     bad = sum(summary.counts.get(v, 0) for v in ("fail", "error", "infra"))
