@@ -35,10 +35,8 @@ def discover(
 
     root: `None` for this machine, or a captured tree holding `sys/` and `proc/`.
     sku_files, sku_dir: extra SKU registry files merged over the built-in registry; `sku_dir`
-    defaults to `$ACCEL_SKU_DIR`.
+    defaults to `$ACCEL_SKU_DIR` (read by the native layer, as the `accel` binary reads it).
     """
-    if sku_dir is None:
-        sku_dir = os.environ.get("ACCEL_SKU_DIR") or None
     text = _native.discover_json(
         None if root is None else os.fspath(root),
         [os.fspath(f) for f in sku_files],

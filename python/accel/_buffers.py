@@ -28,7 +28,8 @@ from ._native import BufferFreed, OwnerGone, TransportError
 
 SECRET_VAR = "ACCEL_TRANSPORT_SECRET"
 SECRET_FILE_VAR = "ACCEL_TRANSPORT_SECRET_FILE"
-PATHS = ("local", "shm", "tcp", "nixl")
+# The transport's paths (`accel_transport::Path`); a read takes the ones built here.
+PATHS: tuple[str, ...] = tuple(_native.TRANSPORT_PATHS)
 # DLPack device types that are host memory (kDLCPU, kDLCUDAHost, kDLROCMHost).
 _DLPACK_HOST = (1, 3, 11)
 
@@ -43,33 +44,39 @@ class Route:
     detail: str
 
 
-@dataclass(frozen=True)
-class Ref:
-    """A reference to a published buffer. Small and picklable; holding it keeps nothing alive."""
+class Ref(_native.Ref):
+    """A reference to a published buffer. Small and picklable; holding it keeps nothing alive.
 
-    owner: str  # <pid>-<start time>-<incarnation nonce>: a restarted owner is another owner
-    host: str  # hostname/boot id/pid namespace
-    endpoint: str  # the owner's TCP listener, host:port
-    segment: str  # the shared-memory segment name
-    buffer: int
-    nbytes: int
-    shape: tuple[int, ...]
-    dtype: Any  # numpy's dtype descriptor: a string like "<f4", or a list for structured dtypes
-    kind: str = "numpy"  # "numpy", "torch", "dlpack" or "bytes": what get() hands back
-    path: str = "auto"  # a forced path, or "auto"
-    nixl: bytes = b""  # the NIXL ticket (agent, partial metadata, address) when registered
-    device: int = -1  # the accelerator (index in the owner's Machine) holding it; -1: host memory
-    readers: int = 0  # a lease: the buffer frees itself after this many gets (0: until freed)
+    Its fields live in Rust (`accel._native.Ref`, around the transport's descriptor): owner
+    (`<pid>-<start time>-<incarnation nonce>`: a restarted owner is another owner), host,
+    endpoint (the owner's TCP listener), segment, buffer, nbytes, shape, dtype (numpy's
+    descriptor), kind (what get() hands back: numpy, torch, dlpack or bytes), path (a forced
+    path or "auto"), nixl (the NIXL ticket), device (-1: host memory) and readers (a lease).
+    """
+
+    __slots__ = ()
 
     @property
     def chosen_path(self) -> str:
         """The path get() takes for this reference in the calling process."""
-        return _path_for(self, None)
+        _start()
+        return _native.transport_path(self)
 
     @property
     def route(self) -> Route:
         """The path get() takes here, and why (see route() for device memory and topology)."""
         return route(self)
+
+    def replace(self, **changes: Any) -> Ref:
+        """A copy with some fields changed (`copy.replace` calls this too)."""
+        fields = ("owner", "host", "endpoint", "segment", "buffer", "nbytes", "shape", "dtype")
+        fields += ("kind", "path", "nixl", "device", "readers")
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"Ref has no field {sorted(unknown)[0]!r}")
+        return type(self)(**{f: changes.get(f, getattr(self, f)) for f in fields})
+
+    __replace__ = replace
 
 
 class _State:
@@ -202,7 +209,7 @@ def _forget_pending(key: int, buffer: int) -> None:
     st = _state
     if st.pending.pop(key, None) is not None and st.pid == os.getpid():
         try:
-            _native.transport_free(st.owner, st.endpoint, buffer)
+            _native.transport_discard(buffer)
         except TransportError:
             pass
 
@@ -343,22 +350,8 @@ def route(
     work here (default: NIXL if installed; CUDA IPC is not built into this package)."""
     _start()
     have_nixl = _nixl.available() if nixl is None else nixl
-    path, reason, detail = _native.transport_route(
-        ref.owner, ref.host, ref.device, dst_device, machine, have_nixl, cuda_ipc, False
-    )
+    path, reason, detail = _native.transport_route(ref, dst_device, machine, have_nixl, cuda_ipc)
     return Route(path, reason, detail)
-
-
-def _path_for(ref: Ref, path: str | None, count: bool = False) -> str:
-    chosen = path or (ref.path if ref.path != "auto" else None) or os.environ.get("ACCEL_TRANSPORT_PATH") or "auto"
-    if chosen == "auto":
-        _start()
-        # Host memory: local, shm or tcp (NIXL is never chosen on its own: it is opt-in).
-        auto: str = _native.transport_route(ref.owner, ref.host, ref.device, -1, None, False, False, count)[0]
-        return auto
-    if chosen not in PATHS:
-        raise ValueError(f"unknown path {chosen!r}; expected one of {PATHS} or 'auto'")
-    return chosen
 
 
 def _finish(arr: np.ndarray[Any, Any], ref: Ref) -> Any:
@@ -367,16 +360,6 @@ def _finish(arr: np.ndarray[Any, Any], ref: Ref) -> Any:
 
         return torch.from_dlpack(arr) if arr.flags.writeable else torch.from_numpy(arr.copy())
     return arr  # numpy arrays export __dlpack__: torch/cupy/jax.from_dlpack take them zero-copy
-
-
-def _view(ref: Ref, chosen: str, st: _State, dtype: np.dtype[Any], writable: bool) -> np.ndarray[Any, Any]:
-    if chosen == "local":
-        if ref.owner != st.owner:
-            raise TransportError("path 'local' needs the owner's own process")
-        sb = _native.transport_local(ref.buffer, False)
-    else:
-        sb = _native.transport_open_shm(ref.owner, ref.segment, ref.buffer, ref.nbytes, writable)
-    return _array(sb, dtype, tuple(ref.shape))
 
 
 def get(
@@ -403,54 +386,34 @@ def get(
     children): the owner sends it once, and each reader forwards every piece as it lands. A
     relay that fails or stalls sends its readers to the owner. The array returned is this
     process's own read-only copy (other readers stream from it), so relay takes no out=.
+
+    One native call does the read (`accel._native.transport_get`: the path, the fetch, its
+    time in the metrics and a leased read's release); a NIXL read takes a second one.
     """
-    if relay is None:
-        relay = os.environ.get("ACCEL_TRANSPORT_RELAY") == "1"
-    chosen = _path_for(ref, path, count=True)
     st = _start()
-    t0 = time.perf_counter()
     dtype = np.lib.format.descr_to_dtype(ref.dtype)
-    if ref.kind == "torch" and not copy:
-        writable = True  # torch has no read-only tensors: a private copy-on-write mapping instead
     if out is not None and (out.shape != tuple(ref.shape) or out.dtype != dtype or not out.flags.c_contiguous):
         raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(ref.shape)}")
-    relayed = relay and chosen == "tcp" and ref.readers >= 2
-    if relayed and out is not None:
-        raise ValueError("relay=True returns this process's own copy, which other readers stream from: no out=")
-    try:
-        if relayed:
-            sb, _serve, _upstream, _fell_back = _native.transport_fetch_relayed(
-                ref.owner, ref.endpoint, ref.buffer, ref.nbytes
-            )
-            arr = _array(sb, dtype, tuple(ref.shape))
-            if copy or writable:
-                arr = arr.copy()
-        elif chosen == "tcp":
-            arr = np.empty(ref.shape, dtype=dtype) if out is None else out
-            _native.transport_fetch_tcp(ref.owner, ref.endpoint, ref.buffer, *_into(arr))
-        elif chosen == "nixl":
-            arr = np.empty(ref.shape, dtype=dtype) if out is None else out
-            _get_nixl(ref, st, arr)
-        elif out is not None:
-            np.copyto(out, _view(ref, chosen, st, dtype, False))
-            arr = out
-        else:
-            arr = _view(ref, chosen, st, dtype, writable and not copy)
-            if copy or (writable and chosen == "local"):  # never hand out the owner's own bytes
-                arr = arr.copy()
-    except TransportError:
-        _native.transport_record(chosen, 0, 0.0, False)
-        raise
-    _native.transport_record(chosen, ref.nbytes, time.perf_counter() - t0, True)
-    if ref.readers:
-        _release(ref)
+    chosen, sb, private = _native.transport_get(ref, path, writable, copy, None if out is None else _into(out), relay)
+    if chosen == "nixl":
+        arr = np.empty(ref.shape, dtype=dtype) if out is None else out
+        _get_nixl(ref, st, arr)
+    elif sb is None:
+        assert out is not None  # the bytes went into `out`
+        arr = out
+    else:
+        arr = _array(sb, dtype, tuple(ref.shape))
+        if private:  # a private array was asked for, and these bytes are someone else's
+            arr = arr.copy()
     return _finish(arr, ref)
 
 
 def _get_nixl(ref: Ref, st: _State, arr: np.ndarray) -> None:
     """A one-sided NIXL read of ``ref`` into ``arr``, then the owner confirms the buffer is
-    still published (a freed id never comes back, so the bytes read are the buffer's)."""
+    still published (a freed id never comes back, so the bytes read are the buffer's); the read
+    is counted and a lease released in the same call (`transport_finish`)."""
     if not ref.nixl:
+        _native.transport_finish(ref, 0.0, False, False)
         raise TransportError(
             "this reference carries no NIXL ticket: the owner publishes with put(x, path='nixl') "
             "or runs with ACCEL_TRANSPORT_NIXL=1"
@@ -458,32 +421,25 @@ def _get_nixl(ref: Ref, st: _State, arr: np.ndarray) -> None:
     ticket = _nixl.Ticket.decode(ref.nixl)
     agent = _nixl_agent(st)
     timeout = 5.0 + ref.nbytes / 50e6  # a hang guard: 50 MB/s is far below any NIXL path
+    t0 = time.perf_counter()
     try:
         agent.read(ticket, arr.reshape(-1).view(np.uint8), timeout)
     except _nixl.NixlDisconnected as e:
         agent.forget(ticket.agent)
+        _native.transport_finish(ref, 0.0, False, False)
         raise OwnerGone(f"the owner of this reference ({ref.owner}) has exited (NIXL: {e})") from e
     except _nixl.NixlFailed as e:
         # Say why, if the owner can: gone (OwnerGone) or the buffer freed (BufferFreed).
-        _native.transport_check(ref.owner, ref.endpoint, ref.buffer)
+        _native.transport_finish(ref, 0.0, False, True)
         raise TransportError(str(e)) from e
-    _native.transport_check(ref.owner, ref.endpoint, ref.buffer)
-
-
-def _release(ref: Ref) -> None:
-    """Counts one read of a leased buffer at its owner (the last read frees it). The caller
-    already holds its copy or its mapping, so the bytes it has stay valid either way."""
-    try:
-        _native.transport_release(ref.owner, ref.endpoint, ref.buffer)
-    except (BufferFreed, OwnerGone):
-        pass  # freed by other means, or its owner is gone: nothing left to count
+    _native.transport_finish(ref, time.perf_counter() - t0, True, True)
 
 
 def free(ref: Ref) -> bool:
     """Release the buffer (from any process). False if it was already freed or its owner is gone."""
     _start()
     try:
-        _native.transport_free(ref.owner, ref.endpoint, ref.buffer)
+        _native.transport_free(ref)
     except (BufferFreed, OwnerGone):
         return False
     return True

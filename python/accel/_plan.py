@@ -101,10 +101,33 @@ class Planner:
     """Allocation state over one cluster: plan, allocate, release. Deterministic."""
 
     def __init__(self, cluster: Any):
-        self.cluster = _load(cluster, "cluster")
+        self.cluster: dict[str, Any] | None = _load(cluster, "cluster")
         if not isinstance(self.cluster, dict) or not isinstance(self.cluster.get("nodes"), list):
             raise InvalidRequest("a cluster is a mapping with a `nodes` list (`accel cluster` writes one)", field="cluster")
         self._native = _call(_native.Planner, json.dumps(self.cluster))
+
+    @classmethod
+    def from_ray_nodes(cls, nodes: list[tuple[str, dict[str, str], str]]) -> Planner:
+        """A planner over Ray nodes as they published themselves: (name, Ray labels, machine
+        JSON text) each. The machines stay in the native planner (`cluster` is None)."""
+        planner = cls.__new__(cls)
+        planner.cluster = None
+        planner._native = _call(_native.Planner.from_ray_nodes, nodes)
+        return planner
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def plan_for_ray(self, request: Any) -> dict[str, Any]:
+        """The placement and, per bundle, what Ray needs (`ray`: the node's label selector, the
+        Ray resources, the per-device resources and the environment, from the target node's
+        stored machine), in one native call, without committing."""
+        return _object(_call(self._native.plan_for_ray, json.dumps(load_request(request))))
+
+    def sync_ray(self, available: dict[str, dict[str, float]]) -> None:
+        """Makes every node's free devices exactly those whose per-device Ray resource is
+        free in `available` (node name -> Ray's available resources of that node)."""
+        _call(self._native.sync_ray, available)
 
     def plan(self, request: Any) -> dict[str, Any]:
         """The placement (without taking the devices), or `PlacementError`."""
@@ -141,7 +164,9 @@ class Planner:
         return _call(self._native.free_devices, node)
 
     def machine(self, node: str) -> dict[str, Any]:
-        """The machine description of a node."""
+        """The machine description of a node (of a planner built from a cluster)."""
+        if self.cluster is None:
+            raise InvalidRequest("this planner holds its machines natively (built from Ray's nodes)", field="node", value=node)
         for n in self.cluster["nodes"]:
             if n["name"] == node:
                 m = n["machine"]

@@ -87,10 +87,10 @@ def reserve(nbytes: int, count: int = 1) -> None:
     empty() of that size is warm (creating and faulting a segment is the cold cost). Returns
     once they are in the pool, with the spare that the pool grows ahead of demand when two
     buffers of a size from 1 MiB are live at once (``ACCEL_TRANSPORT_SPARES``, default 1)."""
-    st = _start()
+    _start()
     buffers = [_native.transport_alloc(int(nbytes))[0] for _ in range(count)]  # mappings dropped here
     for buffer in buffers:
-        _native.transport_free(st.owner, st.endpoint, buffer)
+        _native.transport_discard(buffer)
     _native.transport_settle()
 
 

@@ -126,8 +126,8 @@ def test_path_choice_follows_the_topology_of_captured_gpu_machines() -> None:
     here = T.info()
     base = T.put(np.zeros(4))
     try:
-        other_host = T.Ref(**{**base.__dict__, "owner": "1-2-0000000000000003", "host": "elsewhere", "device": 0})
-        same_host = T.Ref(**{**base.__dict__, "owner": "1-2-0000000000000003", "host": here["host"], "device": 0})
+        other_host = base.replace(owner="1-2-0000000000000003", host="elsewhere", device=0)
+        same_host = base.replace(owner="1-2-0000000000000003", host=here["host"], device=0)
         r = T.route(same_host, dst_device=5, machine=dgx, nixl=True)
         assert (r.path, r.reason) == ("nixl", "scale_up_link") and "NV18" in r.detail
         r = T.route(same_host, dst_device=5, machine=dgx, nixl=False, cuda_ipc=True)

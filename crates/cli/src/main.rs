@@ -299,7 +299,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 pub(crate) fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
-    let dir = std::env::var_os("ACCEL_SKU_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
+    let dir = accel_discover::sku_dir(&std::env::vars().collect());
     load_registry(dir.as_deref(), &args.sku_files).context("loading the SKU registry")
 }
 

@@ -131,14 +131,18 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
 
 /// Each bundle's environment: what its devices' plugins (`isolate`, external ones through the
 /// protocol) set for exactly those devices, in the bundle's order. Warnings go to stderr.
+/// Each bundle's environment, from its node's machine as the cluster stores it: the same rule
+/// and the same facts as the Ray path (`accel_discover::bundle::bundle_env`, with the built-in
+/// plugins; no plugin is searched for or started).
 fn bundle_envs(cluster: &Cluster, placement: &Placement) -> Result<Vec<std::collections::BTreeMap<String, String>>> {
-    let (plugins, _) = accel_discover::plugins_with_external(&crate::exec_options());
+    let builtin = accel_discover::default_plugins();
     let mut envs = Vec::new();
     for b in &placement.bundles {
         let node = cluster.nodes.iter().find(|n| n.name == b.node).context("a placed node is not in the cluster")?;
         let machine = cluster.machine(node)?;
-        let ids: Vec<&str> = b.devices.iter().map(|d| d.id.as_str()).collect();
-        let isolation = accel_discover::isolate(&plugins, machine, &ids);
+        let devices: Vec<accel_discover::bundle::Planned<'_>> =
+            b.devices.iter().map(|d| accel_discover::bundle::Planned { id: &d.id, nic: d.nic.as_deref() }).collect();
+        let isolation = accel_discover::bundle::bundle_env(&builtin, machine, &devices);
         for w in &isolation.warnings {
             eprintln!("warning: bundle {}: {w}", b.bundle);
         }

@@ -33,6 +33,44 @@ pub const RAY_GPU_DOMAIN: &str = "ray.io/gpu-domain";
 pub const UNHEALTHY_LABEL: &str = "accel.io/unhealthy-devices";
 /// Ray's accelerator-type label, as Ray's accelerator managers spell it.
 pub const RAY_ACCELERATOR_TYPE: &str = "ray.io/accelerator-type";
+/// The node's name in a cluster, as a Ray label: what a placed bundle's selector names.
+pub const NODE_LABEL: &str = "accel.io/node";
+/// The prefix of accel's own labels.
+pub const LABEL_PREFIX: &str = "accel.io/";
+
+/// A device's own Ray resource, capacity 1 on its node: `accel_dev_<vendor>_<index>` (the
+/// vendor as a label value, `.` and `-` as `_`).
+pub fn device_resource(acc: &Accelerator) -> String {
+    device_resource_name(&acc.vendor, acc.index)
+}
+
+/// [`device_resource`] from a vendor name and a device index.
+pub fn device_resource_name(vendor: &str, index: u32) -> String {
+    format!("accel_dev_{}_{index}", label_value(vendor).replace(['.', '-'], "_"))
+}
+
+/// The Ray resources a bundle of these devices asks for: each device's plugin's Ray resource in
+/// its units (`GPU: 2`, `neuron_cores: 16`), and each device's own [`device_resource`].
+pub fn bundle_resources(devices: &[&Accelerator]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for acc in devices {
+        if let Some(name) = acc.vocabulary.ray_resource.as_deref() {
+            *out.entry(name.to_owned()).or_insert(0.0) += acc.vocabulary.ray_units.unwrap_or(1.0);
+        }
+        out.insert(device_resource(acc), 1.0);
+    }
+    out
+}
+
+/// The planner labels of a Ray node, from its Ray labels: every `accel.io/<key>` label but
+/// [`NODE_LABEL`], with `-` in the key as `_` (`accel.io/nvlink-clique` gives `nvlink_clique`),
+/// the inverse of what [`ray_labels_for_node`] writes.
+pub fn planner_labels(ray: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    ray.iter()
+        .filter(|(k, _)| k.as_str() != NODE_LABEL)
+        .filter_map(|(k, v)| Some((k.strip_prefix(LABEL_PREFIX)?.replace('-', "_"), v.clone())))
+        .collect()
+}
 
 impl RayNode {
     /// `[--num-gpus=N] --labels='k=v,...' --resources='{"name": 1.0}'`, ready to paste after
@@ -182,7 +220,7 @@ pub fn ray_labels(machine: &Machine) -> RayNode {
             sick.push(label.clone());
             continue;
         }
-        resources.insert(format!("accel_dev_{}_{}", label_value(&acc.vendor).replace(['.', '-'], "_"), acc.index), 1.0);
+        resources.insert(device_resource(acc), 1.0);
         let units = acc.vocabulary.ray_units.unwrap_or(1.0);
         match acc.vocabulary.ray_resource.as_deref() {
             Some(RAY_GPU) => num_gpus += units,
@@ -201,6 +239,13 @@ pub fn ray_labels(machine: &Machine) -> RayNode {
         labels.insert(RAY_GPU_DOMAIN.into(), domain);
     }
     RayNode { labels, resources, num_gpus }
+}
+
+/// [`ray_labels_for_node`] for the Ray node named `name`, which also carries [`NODE_LABEL`].
+pub fn ray_node(machine: &Machine, name: &str, planner: &BTreeMap<String, String>) -> RayNode {
+    let mut node = ray_labels_for_node(machine, planner);
+    node.labels.insert(NODE_LABEL.into(), label_value(name));
+    node
 }
 
 /// [`ray_labels`] for a node of a cluster file, with its planner labels (`rack=r1` becomes

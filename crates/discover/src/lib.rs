@@ -6,6 +6,7 @@
 //! machine's report, never a panic.
 
 mod assemble;
+pub mod bundle;
 pub mod capture;
 pub mod conformance;
 pub mod exec;
@@ -43,7 +44,7 @@ pub use plugin::{
     in_process, isolate, isolate_by_index, isolate_from_model, pci_accelerator, Isolation, Report, Vendor,
 };
 pub use plugin_list::{default_plugins, plugins_with_external};
-pub use skufiles::{load_registry, SkuLoadError};
+pub use skufiles::{load_registry, sku_dir, SkuLoadError, SKU_DIR_VAR};
 pub use source::{OpenError, OpenOptions, Source};
 
 /// The optional cargo features this build of discovery has (`accel --version` prints them).

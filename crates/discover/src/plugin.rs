@@ -377,6 +377,23 @@ pub fn in_process<V: Vendor + ?Sized>(
 /// that plugin) are isolated from the model alone: their isolation values, in `ids` order,
 /// joined by their separator, in their visibility variable; the warnings say so.
 pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> Isolation {
+    let (mut out, orphans) = isolate_parts(plugins, machine, ids);
+    if !orphans.is_empty() {
+        out.warnings.push(accel_model::Warning {
+            source: "isolate".into(),
+            path: None,
+            message: format!(
+                "plugin {} not found here; its devices isolated from their discovered values",
+                orphans.join(", ")
+            ),
+        });
+    }
+    out
+}
+
+/// [`isolate`] without its warning: the isolation, and the plugins (by id) whose devices were
+/// isolated from their stored values because `plugins` does not hold them.
+pub(crate) fn isolate_parts(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> (Isolation, Vec<String>) {
     let mut out = Isolation::default();
     let devices: Vec<&accel_model::Accelerator> = ids.iter().filter_map(|id| machine.accelerator(id)).collect();
     let mut orphans = Vec::new();
@@ -396,26 +413,18 @@ pub fn isolate(plugins: &[Box<dyn Vendor>], machine: &Machine, ids: &[&str]) -> 
             None => orphans.extend(mine),
         }
     }
+    let mut names: Vec<String> = orphans.iter().map(|a| a.plugin.clone()).collect();
+    names.dedup();
     if !orphans.is_empty() {
-        let mut names: Vec<&str> = orphans.iter().map(|a| a.plugin.as_str()).collect();
-        names.dedup();
         let got = isolate_from_model(&orphans);
         for (k, v) in got.env {
             out.env.entry(k).or_insert(v);
         }
-        out.warnings.push(accel_model::Warning {
-            source: "isolate".into(),
-            path: None,
-            message: format!(
-                "plugin {} not found here; its devices isolated from their discovered values",
-                names.join(", ")
-            ),
-        });
     }
     for acc in &devices {
         for var in &acc.vocabulary.ray_managed_env {
             out.env.insert(format!("RAY_EXPERIMENTAL_NOSET_{var}"), "1".into());
         }
     }
-    out
+    (out, names)
 }

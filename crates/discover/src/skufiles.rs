@@ -13,6 +13,14 @@ pub enum SkuLoadError {
     Invalid(#[from] SkuError),
 }
 
+/// The variable that names a directory of extra SKU files.
+pub const SKU_DIR_VAR: &str = "ACCEL_SKU_DIR";
+
+/// The SKU directory `env` names ([`SKU_DIR_VAR`]; unset or empty: none).
+pub fn sku_dir(env: &std::collections::BTreeMap<String, String>) -> Option<PathBuf> {
+    env.get(SKU_DIR_VAR).filter(|d| !d.is_empty()).map(PathBuf::from)
+}
+
 /// The built-in registry, then the directory's files in name order, then the explicit files.
 /// A broken file is an error, not a warning: silently ignoring a vendor's data would mislabel devices.
 pub fn load_registry(dir: Option<&Path>, files: &[PathBuf]) -> Result<SkuRegistry, SkuLoadError> {

@@ -230,16 +230,6 @@ pub(crate) fn pcie_gbps(class: PathClass) -> f64 {
     }
 }
 
-fn class_rank(text: &str) -> u32 {
-    match text {
-        "PIX" => PathClass::Pix.rank(),
-        "PXB" => PathClass::Pxb.rank(),
-        "PHB" => PathClass::Phb.rank(),
-        "NODE" => PathClass::Node.rank(),
-        _ => PathClass::Sys.rank(),
-    }
-}
-
 impl Topo {
     pub fn new(machine: &Machine, policy: HealthPolicy) -> Result<Topo, PlanError> {
         let n = machine.accelerators.len();
@@ -253,9 +243,13 @@ impl Topo {
         // The cluster's policy, or the node operator's (`health.unknown=allow` on the machine).
         let allow_unknown = policy.allow_unknown() || machine.allows_unknown_health();
         let mut devices = Vec::with_capacity(n);
+        // How many devices each RDMA NIC is already the closest NIC of (the spread rule below).
+        let mut nic_uses = vec![0u32; machine.nics.len()];
         for (i, acc) in machine.accelerators.iter().enumerate() {
-            let mut nic: Option<(String, u8, String)> = None;
             let mut nics_within = [0u32; 2];
+            // The RDMA NICs at the closest distance (rank, then path class): the ties.
+            let mut closest: Vec<usize> = Vec::new();
+            let mut best: Option<(u8, u32, PathClass)> = None;
             for (j, card) in machine.nics.iter().enumerate() {
                 if !card.rdma {
                     continue;
@@ -271,10 +265,24 @@ impl Topo {
                         *count += 1;
                     }
                 }
-                if nic.as_ref().is_none_or(|(_, r, c)| (rank, class.rank()) < (*r, class_rank(c))) {
-                    nic = Some((card.name.clone(), rank, class.to_string()));
+                let key = (rank, class.rank());
+                match best {
+                    Some((r, c, _)) if key > (r, c) => {}
+                    Some((r, c, _)) if key == (r, c) => closest.push(j),
+                    _ => {
+                        best = Some((rank, class.rank(), class));
+                        closest = vec![j];
+                    }
                 }
             }
+            // Devices equally near several NICs are spread across them (docs/placement.md,
+            // "NIC per device"): in device order, each takes the tied NIC that the fewest
+            // earlier devices took, the first in the machine's NIC order on a tie.
+            let nic = best.and_then(|(rank, _, class)| {
+                let j = closest.iter().copied().min_by_key(|&j| (nic_uses[j], j))?;
+                nic_uses[j] += 1;
+                Some((machine.nics[j].name.clone(), rank, class.to_string()))
+            });
             devices.push(Device {
                 id: acc.id.clone(),
                 vendor: acc.vendor.clone(),

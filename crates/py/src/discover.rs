@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 
 use crate::errors::{discovery_error, to_py};
 
-/// Discovers the machine under `root` (`/` for this machine) and returns its JSON description.
+/// Discovers the machine under `root` (`/` for this machine) and returns its JSON description;
+/// `sku_dir` defaults to `$ACCEL_SKU_DIR` (`accel_discover::sku_dir`, as the CLI reads it).
 #[pyfunction]
 #[pyo3(signature = (root = None, sku_files = Vec::new(), sku_dir = None))]
 fn discover_json(
@@ -18,8 +19,9 @@ fn discover_json(
     sku_dir: Option<PathBuf>,
 ) -> PyResult<String> {
     let root = root.unwrap_or_else(|| PathBuf::from("/"));
-    let registry = load_registry(sku_dir.as_deref(), &sku_files).map_err(to_py(discovery_error))?;
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let sku_dir = sku_dir.or_else(|| accel_discover::sku_dir(&env));
+    let registry = load_registry(sku_dir.as_deref(), &sku_files).map_err(to_py(discovery_error))?;
     let exec = accel_discover::exec::ExecOptions::from_env(&env);
     let options = OpenOptions { registry, env, ..OpenOptions::default() };
     let machine = py.detach(|| {
@@ -30,7 +32,15 @@ fn discover_json(
     serde_json::to_string(&machine).map_err(to_py(discovery_error))
 }
 
+/// Whether a variable's name says it holds a secret (`accel_discover::fingerprint::is_secret_name`,
+/// the rule the fingerprint and the plugin runner's allow-list apply).
+#[pyfunction]
+fn is_secret_name(name: &str) -> bool {
+    accel_discover::fingerprint::is_secret_name(name)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(discover_json, m)?)?;
+    m.add_function(wrap_pyfunction!(is_secret_name, m)?)?;
     Ok(())
 }

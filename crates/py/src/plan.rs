@@ -1,9 +1,12 @@
-//! Placement from Python: a `Planner` over a cluster (JSON in, JSON out), the visibility
-//! environment of a device set (the discovery plugins' `isolate`), and the embedded samples.
+//! Placement from Python: a `Planner` over a cluster (JSON in, JSON out), the placement of a
+//! whole Ray placement group in one call (`plan_for_ray`: each bundle's node, selector, Ray
+//! resources and environment, from the target node's stored facts), and the embedded samples.
 
-use accel_discover::{isolate, plugins_with_external};
+use std::collections::{BTreeMap, HashMap};
+
+use accel_discover::bundle::{ray_bundle, Planned};
 use accel_model::Machine;
-use accel_plan::{Cluster, PlanError, Request};
+use accel_plan::{Cluster, ClusterNode, MachineRef, Placement, PlanError, Request};
 use pyo3::prelude::*;
 
 use crate::errors::{placement_error, to_py};
@@ -46,10 +49,41 @@ fn no_sample(name: &str) -> PyErr {
     invalid(format!("no sample named {name:?}{hint} (known: {})", names.join(", ")), "sample", Some(name), suggestion)
 }
 
-/// Allocation state over one cluster (`accel_plan::Planner`).
+/// Allocation state over one cluster (`accel_plan::Planner`), with the cluster's machines (a
+/// bundle's environment comes from its node's machine).
 #[pyclass(name = "Planner", module = "accel._native")]
 struct PyPlanner {
     inner: accel_plan::Planner,
+    cluster: Cluster,
+    /// Node name -> index in `cluster.nodes`.
+    nodes: HashMap<String, usize>,
+}
+
+impl PyPlanner {
+    fn build(py: Python<'_>, cluster: Cluster) -> PyResult<Self> {
+        let inner = py.detach(|| accel_plan::Planner::new(&cluster)).map_err(plan_error)?;
+        let nodes = cluster.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        Ok(PyPlanner { inner, cluster, nodes })
+    }
+
+    fn machine(&self, node: &str) -> PyResult<&Machine> {
+        let i = *self.nodes.get(node).ok_or_else(|| plan_error(PlanError::UnknownNode(node.to_owned())))?;
+        self.cluster.machine(&self.cluster.nodes[i]).map_err(plan_error)
+    }
+
+    /// What Ray needs for each bundle of `placement`, from each target node's machine.
+    fn ray_bundles(&self, placement: &Placement) -> PyResult<Vec<accel_discover::bundle::RayBundle>> {
+        let builtin = crate::builtin_plugins();
+        placement
+            .bundles
+            .iter()
+            .map(|b| {
+                let devices: Vec<Planned<'_>> =
+                    b.devices.iter().map(|d| Planned { id: &d.id, nic: d.nic.as_deref() }).collect();
+                Ok(ray_bundle(builtin, &b.node, self.machine(&b.node)?, &devices))
+            })
+            .collect()
+    }
 }
 
 #[pymethods]
@@ -59,8 +93,57 @@ impl PyPlanner {
     #[new]
     fn new(py: Python<'_>, cluster_json: &str) -> PyResult<Self> {
         let cluster: Cluster = parse(cluster_json, "cluster")?;
-        let inner = py.detach(|| accel_plan::Planner::new(&cluster)).map_err(plan_error)?;
-        Ok(PyPlanner { inner })
+        Self::build(py, cluster)
+    }
+
+    /// A planner over Ray's nodes: `(name, Ray labels, machine JSON)` each, as the nodes
+    /// published them; the `accel.io/*` labels become planner labels
+    /// (`accel_discover::labels::planner_labels`).
+    #[staticmethod]
+    fn from_ray_nodes(py: Python<'_>, nodes: Vec<(String, BTreeMap<String, String>, String)>) -> PyResult<Self> {
+        let mut cluster = Cluster::default();
+        for (name, labels, machine) in nodes {
+            let machine: Machine = parse(&machine, "machine")?;
+            cluster.nodes.push(ClusterNode {
+                labels: accel_discover::labels::planner_labels(&labels),
+                name,
+                machine: MachineRef::Inline(Box::new(machine)),
+                allocated: Vec::new(),
+            });
+        }
+        Self::build(py, cluster)
+    }
+
+    /// Plans a placement group without committing: JSON `{"placement": ..., "ray": [...]}`, with
+    /// one entry per bundle in `ray` (`accel_discover::bundle::RayBundle`: selector, resources,
+    /// device resources, environment).
+    fn plan_for_ray(&mut self, py: Python<'_>, request_json: &str) -> PyResult<String> {
+        let request: Request = parse(request_json, "request")?;
+        let inner = &mut self.inner;
+        let placement = py.detach(|| inner.plan(&request)).map_err(plan_error)?;
+        let ray = self.ray_bundles(&placement)?;
+        let out = serde_json::json!({"placement": placement, "ray": ray});
+        Ok(out.to_string())
+    }
+
+    /// Makes the free devices of every node exactly those whose per-device Ray resource is
+    /// free in `available` (node name -> Ray's available resources); a node missing from it
+    /// has none free.
+    fn sync_ray(&mut self, available: HashMap<String, HashMap<String, f64>>) -> PyResult<()> {
+        for node in &self.cluster.nodes {
+            let machine = self.cluster.machine(node).map_err(plan_error)?;
+            let free: Vec<&str> = match available.get(&node.name) {
+                None => Vec::new(),
+                Some(avail) => machine
+                    .accelerators
+                    .iter()
+                    .filter(|a| avail.get(&accel_discover::labels::device_resource(a)).is_some_and(|&n| n >= 1.0))
+                    .map(|a| a.id.as_str())
+                    .collect(),
+            };
+            self.inner.sync_free(&node.name, &free).map_err(plan_error)?;
+        }
+        Ok(())
     }
 
     /// Plans without committing; returns the placement as JSON.
@@ -118,30 +201,57 @@ impl PyPlanner {
     }
 }
 
-/// The environment variables that confine a worker to `ids` of `machine`, in that order: each
-/// device's plugin's `isolate` (built-in, or external on `ACCEL_PLUGIN_DIR`/`PATH`), merged, with
-/// Ray's own rewriting switched off (`accel_discover::isolate`, as `accel plan` prints it).
+/// The variables that confine a worker to `ids` of `machine` (in that order), with Ray's
+/// switches, from the machine's stored facts (`accel_discover::bundle::visibility`; no plugin of
+/// this process is searched for or started).
 #[pyfunction]
-fn isolate_env(machine_json: &str, ids: Vec<String>) -> PyResult<std::collections::BTreeMap<String, String>> {
+fn visibility_env(machine_json: &str, ids: Vec<String>) -> PyResult<BTreeMap<String, String>> {
     let machine: Machine = parse(machine_json, "machine")?;
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let (plugins, _) = plugins_with_external(&accel_discover::exec::ExecOptions::from_env(&env));
-    Ok(isolate(&plugins, &machine, &ids).env)
+    Ok(accel_discover::bundle::visibility(crate::builtin_plugins(), &machine, &ids).env)
 }
 
-/// `ray start` labels, custom resources and GPU count of a machine with its planner labels
-/// (`accel_discover::labels::ray_labels_for_node`), as `(labels, resources, num_gpus)`.
+/// `ray start` labels, custom resources and GPU count of the machine of the Ray node `name`
+/// with its planner labels (`accel_discover::labels::ray_node`), as `(labels, resources,
+/// num_gpus)`.
 #[pyfunction]
-#[pyo3(signature = (machine_json, labels=std::collections::BTreeMap::new()))]
+#[pyo3(signature = (machine_json, name, labels=BTreeMap::new()))]
 #[allow(clippy::type_complexity)]
 fn ray_node(
     machine_json: &str,
-    labels: std::collections::BTreeMap<String, String>,
-) -> PyResult<(std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, f64>, f64)> {
+    name: &str,
+    labels: BTreeMap<String, String>,
+) -> PyResult<(BTreeMap<String, String>, BTreeMap<String, f64>, f64)> {
     let machine: Machine = parse(machine_json, "machine")?;
-    let node = accel_discover::labels::ray_labels_for_node(&machine, &labels);
+    let node = accel_discover::labels::ray_node(&machine, name, &labels);
     Ok((node.labels, node.resources, node.num_gpus))
+}
+
+/// A label value as Kubernetes and Ray take it (`accel_discover::labels::label_value`).
+#[pyfunction]
+fn label_value(text: &str) -> String {
+    accel_discover::labels::label_value(text)
+}
+
+/// A device's own Ray resource (`accel_discover::labels::device_resource_name`).
+#[pyfunction]
+fn device_resource(vendor: &str, index: u32) -> String {
+    accel_discover::labels::device_resource_name(vendor, index)
+}
+
+/// The planner labels of a Ray node's labels (`accel_discover::labels::planner_labels`).
+#[pyfunction]
+fn planner_labels(labels: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    accel_discover::labels::planner_labels(&labels)
+}
+
+/// The CPUs of a Linux cpulist (`0-3,8`), as `accel_model::CpuSet` reads it; `ValueError` for
+/// a malformed one.
+#[pyfunction]
+fn parse_cpulist(text: &str) -> PyResult<Vec<u32>> {
+    accel_model::CpuSet::parse_list(text)
+        .map(|set| set.cpus().to_vec())
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
 }
 
 /// Names of the embedded sample machines.
@@ -180,8 +290,14 @@ fn sample_cluster_json(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sample_cluster_json, m)?)?;
     m.add_class::<PyPlanner>()?;
-    m.add_function(wrap_pyfunction!(isolate_env, m)?)?;
+    m.add_function(wrap_pyfunction!(visibility_env, m)?)?;
     m.add_function(wrap_pyfunction!(ray_node, m)?)?;
+    m.add_function(wrap_pyfunction!(label_value, m)?)?;
+    m.add_function(wrap_pyfunction!(device_resource, m)?)?;
+    m.add_function(wrap_pyfunction!(planner_labels, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_cpulist, m)?)?;
+    m.add("NODE_LABEL", accel_discover::labels::NODE_LABEL)?;
+    m.add("CPUS_VAR", accel_discover::bundle::CPUS_VAR)?;
     m.add_function(wrap_pyfunction!(sample_names, m)?)?;
     m.add_function(wrap_pyfunction!(sample_machine_json, m)?)?;
     Ok(())

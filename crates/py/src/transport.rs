@@ -5,7 +5,6 @@
 //! and arrays on top.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use accel_transport::{sweep_orphans, Config, Descriptor, Mapping, Path, Role, Transport};
 use memmap2::MmapRaw;
@@ -36,14 +35,19 @@ fn current(vars: Option<&Bound<'_, PyDict>>) -> PyResult<Arc<Transport>> {
     Ok(t)
 }
 
-fn started() -> PyResult<Arc<Transport>> {
+pub(crate) fn started() -> PyResult<Arc<Transport>> {
     current(None)
 }
 
+/// What keeps a `SharedBuffer`'s bytes alive.
 #[derive(Debug)]
-enum Keep {
+pub(crate) enum Keep {
+    /// A buffer of this owner's arena.
     Owner(#[allow(dead_code)] Arc<MmapRaw>),
+    /// A mapping of another owner's segment.
     Consumer(#[allow(dead_code)] Mapping),
+    /// Memory of this process alone (a copy, or a stream's destination).
+    Owned(#[allow(dead_code)] Vec<u8>),
 }
 
 /// Bytes of shared memory, handed to Python as `address`, `len()` and `readonly`: the mapping
@@ -53,10 +57,10 @@ enum Keep {
 #[pyclass(module = "accel._native", frozen, weakref)]
 #[derive(Debug)]
 pub struct SharedBuffer {
-    ptr: usize,
-    len: usize,
-    readonly: bool,
-    _keep: Keep,
+    pub(crate) ptr: usize,
+    pub(crate) len: usize,
+    pub(crate) readonly: bool,
+    pub(crate) _keep: Keep,
 }
 
 #[pymethods]
@@ -107,21 +111,6 @@ fn transport_publish(buffer: u64, readers: u32) -> PyResult<()> {
     started()?.publish_leased(buffer, readers).map_err(transport_error)
 }
 
-/// Records one finished read of a leased buffer (at its owner); returns whether it was the
-/// last, which freed the buffer.
-#[pyfunction]
-fn transport_release(py: Python<'_>, owner: String, endpoint: String, buffer: u64) -> PyResult<bool> {
-    let t = started()?;
-    let d = descriptor(owner, endpoint, String::new(), buffer, 0);
-    py.detach(|| t.release(&d)).map_err(transport_error)
-}
-
-/// Reads this owner still expects of one of its leased buffers (`None`: not leased).
-#[pyfunction]
-fn transport_lease_left(buffer: u64) -> PyResult<Option<u32>> {
-    Ok(started()?.lease_left(buffer))
-}
-
 /// Records `manifest` as version `version` of this owner's channel `name`.
 #[pyfunction]
 fn transport_channel_publish(name: &str, version: u64, manifest: Vec<u8>) -> PyResult<()> {
@@ -141,140 +130,12 @@ fn transport_channel_latest(
     Ok(got.map(|(v, m)| (v, pyo3::types::PyBytes::new(py, &m).unbind())))
 }
 
-/// A view of this owner's own published buffer (the local path: no copy).
+/// Frees one of this owner's own buffers (unpublished or published).
 #[pyfunction]
-fn transport_local(buffer: u64, writable: bool) -> PyResult<SharedBuffer> {
+fn transport_discard(py: Python<'_>, buffer: u64) -> PyResult<()> {
     let t = started()?;
-    let (map, len) = t
-        .arena()
-        .lookup(buffer)
-        .ok_or_else(|| transport_error(accel_transport::Error::Freed { owner: t.owner().to_string(), buffer }))?;
-    Ok(SharedBuffer { ptr: map.as_mut_ptr() as usize, len: len as usize, readonly: !writable, _keep: Keep::Owner(map) })
-}
-
-fn descriptor(owner: String, endpoint: String, segment: String, buffer: u64, nbytes: u64) -> Descriptor {
-    Descriptor { owner, host: String::new(), endpoint, segment, buffer, len: nbytes }
-}
-
-/// Frees a buffer, locally or by asking its owner.
-#[pyfunction]
-fn transport_free(py: Python<'_>, owner: String, endpoint: String, buffer: u64) -> PyResult<()> {
-    let t = started()?;
-    let d = descriptor(owner, endpoint, String::new(), buffer, 0);
+    let d = Descriptor { owner: t.owner().to_owned(), buffer, ..Descriptor::default() };
     py.detach(|| t.free(&d)).map_err(transport_error)
-}
-
-/// Maps a same-host buffer (read-only, or private copy-on-write when `writable`).
-#[pyfunction]
-fn transport_open_shm(
-    owner: String,
-    segment: String,
-    buffer: u64,
-    nbytes: u64,
-    writable: bool,
-) -> PyResult<SharedBuffer> {
-    let t = started()?;
-    let d = descriptor(owner, String::new(), segment, buffer, nbytes);
-    let mut m = t.open_shm(&d, writable).map_err(transport_error)?;
-    let ptr = match m.as_mut_ptr() {
-        Some(p) => p as usize,
-        None => m.as_ptr() as usize,
-    };
-    Ok(SharedBuffer { ptr, len: m.len(), readonly: !writable, _keep: Keep::Consumer(m) })
-}
-
-/// Streams a buffer over TCP into the `nbytes` writable bytes at `address`: the caller
-/// (`accel._buffers`) passes the start of a writable C-contiguous array of exactly the buffer's
-/// size and holds that array until this returns.
-#[pyfunction]
-fn transport_fetch_tcp(
-    py: Python<'_>,
-    owner: String,
-    endpoint: String,
-    buffer: u64,
-    address: usize,
-    nbytes: usize,
-) -> PyResult<()> {
-    if address == 0 && nbytes > 0 {
-        return Err(PyValueError::new_err("the destination address is null"));
-    }
-    let t = started()?;
-    let d = descriptor(owner, endpoint, String::new(), buffer, nbytes as u64);
-    py.detach(|| {
-        let dst: &mut [u8] = if nbytes == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller holds a writable array of `nbytes` bytes at `address` until
-            // this returns, and no one else writes it meanwhile.
-            unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
-        };
-        t.fetch_tcp(&d, dst)
-    })
-    .map_err(transport_error)
-}
-
-/// Receives leased buffer `buffer` of `owner` (`nbytes` bytes) as one reader of a relayed
-/// broadcast: `(read-only SharedBuffer of this process's copy, readers it serves, the relay it
-/// streamed from as "owner@endpoint" or None for the owner, whether it fell back to the owner)`.
-#[pyfunction]
-fn transport_fetch_relayed(
-    py: Python<'_>,
-    owner: String,
-    endpoint: String,
-    buffer: u64,
-    nbytes: u64,
-) -> PyResult<(SharedBuffer, u32, Option<String>, bool)> {
-    let t = started()?;
-    let d = descriptor(owner, endpoint, String::new(), buffer, nbytes);
-    let r = py.detach(|| t.fetch_relayed(&d)).map_err(transport_error)?;
-    let buf = SharedBuffer {
-        ptr: r.alloc.map.as_mut_ptr() as usize,
-        len: nbytes as usize,
-        readonly: true,
-        _keep: Keep::Owner(r.alloc.map),
-    };
-    Ok((buf, r.serve, r.upstream.map(|p| format!("{}@{}", p.owner, p.endpoint)), r.fell_back))
-}
-
-/// The path for a buffer of `owner` on `host`, as seen from this process.
-#[pyfunction]
-fn transport_choose(owner: &str, host: &str) -> PyResult<&'static str> {
-    let t = started()?;
-    Ok(Path::choose(t.owner(), t.host(), owner, host).name())
-}
-
-/// The path from a buffer of `owner` on `host` (in accelerator `src_device` of `machine_json`,
-/// or host memory when negative) to this process (into `dst_device`), from the topology:
-/// `(path, reason, detail)`. With `count`, the choice is counted in this process's metrics.
-#[pyfunction]
-#[pyo3(signature = (owner, host, src_device, dst_device, machine_json, nixl, cuda_ipc, count))]
-#[allow(clippy::too_many_arguments)]
-fn transport_route(
-    owner: &str,
-    host: &str,
-    src_device: i64,
-    dst_device: i64,
-    machine_json: Option<&str>,
-    nixl: bool,
-    cuda_ipc: bool,
-    count: bool,
-) -> PyResult<(&'static str, &'static str, String)> {
-    use accel_transport::route::{choose, Available, End, Memory};
-    let t = started()?;
-    let machine: Option<accel_model::Machine> = match machine_json {
-        Some(text) => {
-            Some(serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("machine JSON: {e}")))?)
-        }
-        None => None,
-    };
-    let memory = |d: i64| usize::try_from(d).map_or(Memory::Host, Memory::Device);
-    let src = End { owner, host, memory: memory(src_device), machine: machine.as_ref() };
-    let dst = End { owner: t.owner(), host: t.host(), memory: memory(dst_device), machine: machine.as_ref() };
-    let c = choose(&src, &dst, Available { nixl, cuda_ipc });
-    if count {
-        t.metrics().chose(c.path, c.reason);
-    }
-    Ok((c.path.name(), c.reason.name(), c.detail))
 }
 
 /// Gives `path` its metric series in this process (its backend works here).
@@ -282,27 +143,6 @@ fn transport_route(
 fn transport_enable_path(path: &str) -> PyResult<()> {
     let p = Path::parse(path).ok_or_else(|| PyValueError::new_err(format!("unknown path {path:?}")))?;
     started()?.metrics().enable(p);
-    Ok(())
-}
-
-/// Confirms with its owner that a buffer is still published (raises BufferFreed, OwnerGone).
-#[pyfunction]
-fn transport_check(py: Python<'_>, owner: String, endpoint: String, buffer: u64) -> PyResult<()> {
-    let t = started()?;
-    let d = descriptor(owner, endpoint, String::new(), buffer, 0);
-    py.detach(|| t.check(&d)).map_err(transport_error)
-}
-
-/// Records a fetch (`ok`) or a failed one on `path` in this process's metrics (role `fetch`).
-#[pyfunction]
-fn transport_record(path: &str, nbytes: u64, seconds: f64, ok: bool) -> PyResult<()> {
-    let p = Path::parse(path).ok_or_else(|| PyValueError::new_err(format!("unknown path {path:?}")))?;
-    let t = started()?;
-    if ok {
-        t.metrics().transfer(p, nbytes, Duration::from_secs_f64(seconds.max(0.0)));
-    } else {
-        t.metrics().error(p);
-    }
     Ok(())
 }
 
@@ -389,25 +229,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transport_start, m)?)?;
     m.add_function(wrap_pyfunction!(transport_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(transport_publish, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_free, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_release, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_lease_left, m)?)?;
+    m.add_function(wrap_pyfunction!(transport_discard, m)?)?;
     m.add_function(wrap_pyfunction!(transport_channel_publish, m)?)?;
     m.add_function(wrap_pyfunction!(transport_channel_latest, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_local, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_open_shm, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_fetch_tcp, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_choose, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_route, m)?)?;
     m.add_function(wrap_pyfunction!(transport_enable_path, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_check, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_record, m)?)?;
     m.add_function(wrap_pyfunction!(transport_stats, m)?)?;
     m.add_function(wrap_pyfunction!(transport_prometheus, m)?)?;
     m.add_function(wrap_pyfunction!(transport_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(transport_trim, m)?)?;
     m.add_function(wrap_pyfunction!(transport_settle, m)?)?;
-    m.add_function(wrap_pyfunction!(transport_fetch_relayed, m)?)?;
     m.add_function(wrap_pyfunction!(transport_shutdown, m)?)?;
     Ok(())
 }

@@ -58,7 +58,7 @@ impl Path {
 }
 
 /// Where a buffer lives, as a reference describes it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Descriptor {
     pub owner: String,
     pub host: String,

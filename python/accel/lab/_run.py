@@ -47,7 +47,6 @@ SCHEDULE_SLACK_S = 120.0
 KILL_GRACE_S = 5.0
 CANCEL_GRACE_S = 15.0
 POLL_S = 0.25
-SECRET_WORDS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL")
 
 
 class RunError(Exception):
@@ -55,9 +54,11 @@ class RunError(Exception):
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a variable's name says it holds a secret (the project's one rule)."""
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
+    """Whether a variable's name says it holds a secret (the project's one rule, in Rust:
+    `accel_discover::fingerprint::is_secret_name`)."""
+    from .. import _native
+
+    return _native.is_secret_name(name)
 
 
 # -- on the node ----------------------------------------------------------------------------

@@ -20,7 +20,6 @@ planner manages, request devices through `placement_group(...)` and `pg.options(
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +28,13 @@ from .. import _native
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
 from .._errors import Infeasible
-from ._affinity import affinity_env, py_executable
+from ._affinity import py_executable
 from .._plan import Planner, load_request
 
-NODE_LABEL = "accel.io/node"
-LABEL_PREFIX = "accel.io/"
+NODE_LABEL = _native.NODE_LABEL
 KV_NAMESPACE = "accel"
 KV_PREFIX = "machine:"
+
 
 def _vocabulary(device: dict[str, Any]) -> dict[str, Any]:
     vocabulary: dict[str, Any] = device.get("vocabulary") or {}
@@ -49,20 +48,16 @@ def ray_resource(device: dict[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def ray_units(device: dict[str, Any]) -> float:
-    """How many units of its Ray resource a device is (1, or its NeuronCore count)."""
-    return float(_vocabulary(device).get("ray_units", 1))
-
-
 def device_resource(vendor: str, index: int) -> str:
-    """The per-device custom resource: `accel_dev_nvidia_3` (the name `accel labels --format ray`
-    gives, from `accel_discover::labels`; a test checks they agree)."""
-    return "accel_dev_" + re.sub(r"[^a-zA-Z0-9]", "_", _label_value(vendor)) + f"_{index}"
+    """The per-device custom resource: `accel_dev_nvidia_3` (`accel_discover::labels`, the
+    name `accel labels --format ray` gives)."""
+    return _native.device_resource(vendor, index)
 
 
-def _label_value(text: str) -> str:
-    value = re.sub(r"[^a-zA-Z0-9_.-]", "-", str(text))[:63].strip("-_.")
-    return value or "unknown"
+def label_value(text: str) -> str:
+    """`text` as a Kubernetes/Ray label value (`accel_discover::labels::label_value`): at most
+    63 characters of `[A-Za-z0-9._-]`, alphanumeric at both ends; empty when nothing is left."""
+    return _native.label_value(str(text))
 
 
 def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -80,10 +75,8 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
     named in `accel.io/unhealthy-devices`.
     """
     planner = {k: str(v) for k, v in (labels or {}).items()}
-    base_labels, resources, num_gpus = _native.ray_node(json.dumps(machine), planner)
-    out_labels = dict(base_labels)
-    out_labels[NODE_LABEL] = _label_value(name)
-    return {"num_gpus": int(num_gpus), "resources": dict(resources), "labels": out_labels}
+    out_labels, resources, num_gpus = _native.ray_node(json.dumps(machine), name, planner)
+    return {"num_gpus": int(num_gpus), "resources": dict(resources), "labels": dict(out_labels)}
 
 
 def allow_unknown_health(machine: dict[str, Any]) -> dict[str, Any]:
@@ -98,8 +91,9 @@ def allow_unknown_health(machine: dict[str, Any]) -> dict[str, Any]:
 def visibility_env(machine: dict[str, Any], device_ids: list[str]) -> dict[str, str]:
     """The environment that confines a worker to `device_ids` (in that order), with the
     `RAY_EXPERIMENTAL_NOSET_*` switch for every variable Ray could otherwise rewrite for those
-    devices' Ray kind (all three GPU variables for `GPU`)."""
-    return dict(_native.isolate_env(json.dumps(machine), list(device_ids)))
+    devices' Ray kind (all three GPU variables for `GPU`): from the machine's stored facts
+    (`accel_discover::bundle::visibility`), never from a plugin of this process."""
+    return dict(_native.visibility_env(json.dumps(machine), list(device_ids)))
 
 
 # --- the cluster as Ray sees it ---------------------------------------------------------------
@@ -125,43 +119,41 @@ def _ray_nodes() -> dict[str, dict[str, Any]]:
     return out
 
 
-def cluster_from_ray() -> dict[str, Any]:
-    """The planner's cluster: every alive node with a published machine, with its
-    `accel.io/*` labels as planner labels."""
+def _published() -> list[tuple[str, dict[str, str], str]]:
+    """(name, Ray labels, machine JSON) of every alive node with a published machine."""
     from ray.experimental import internal_kv
 
-    cluster: dict[str, Any] = {"nodes": []}
+    out = []
     for name, node in sorted(_ray_nodes().items()):
         raw = internal_kv._internal_kv_get(KV_PREFIX + name, namespace=KV_NAMESPACE)
-        if raw is None:
-            continue
-        labels = {
-            k[len(LABEL_PREFIX) :].replace("-", "_"): v
-            for k, v in (node.get("Labels") or {}).items()
-            if k.startswith(LABEL_PREFIX) and k != NODE_LABEL
-        }
-        cluster["nodes"].append({"name": name, "labels": labels, "machine": json.loads(raw)})
-    return cluster
+        if raw is not None:
+            text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            out.append((name, dict(node.get("Labels") or {}), text))
+    return out
+
+
+def cluster_from_ray() -> dict[str, Any]:
+    """The planner's cluster: every alive node with a published machine, with its
+    `accel.io/*` labels as planner labels (`accel_discover::labels::planner_labels`)."""
+    return {
+        "nodes": [
+            {"name": name, "labels": dict(_native.planner_labels(labels)), "machine": json.loads(text)}
+            for name, labels, text in _published()
+        ]
+    }
+
+
+def _available() -> dict[str, dict[str, float]]:
+    """Ray's available resources of each alive accel node, by the node's name."""
+    from ray._private import state
+
+    per_id = state.available_resources_per_node()
+    return {name: dict(per_id.get(node["NodeID"], {})) for name, node in _ray_nodes().items()}
 
 
 def sync_with_ray(planner: Planner) -> None:
     """Makes the planner's free devices exactly those whose per-device resource Ray has free."""
-    from ray._private import state
-
-    nodes = _ray_nodes()
-    available = state.available_resources_per_node()
-    for node in planner.cluster["nodes"]:
-        name = node["name"]
-        ray_node = nodes.get(name)
-        if ray_node is None:
-            planner.sync_free(name, [])
-            continue
-        avail = available.get(ray_node["NodeID"], {})
-        machine = planner.machine(name)
-        free = [
-            a["id"] for a in machine.get("accelerators", []) if avail.get(device_resource(a["vendor"], a["index"]), 0) >= 1
-        ]
-        planner.sync_free(name, free)
+    planner.sync_ray(_available())
 
 
 # --- placement groups -------------------------------------------------------------------------
@@ -171,13 +163,15 @@ class AccelPlacementGroup:
     """A Ray placement group whose bundles hold exactly the planned devices.
 
     `pg` is the Ray `PlacementGroup`; `placement` the planner's decision. Start an actor in
-    bundle `i` with `Actor.options(**apg.options(i)).remote()`.
+    bundle `i` with `Actor.options(**apg.options(i)).remote()`. Each bundle's Ray resources and
+    environment were computed with the plan, in the same native call, from the target node's
+    stored machine (`Planner.plan_for_ray`).
     """
 
-    def __init__(self, pg: PlacementGroup, placement: dict[str, Any], machines: dict[str, dict[str, Any]]):
+    def __init__(self, pg: PlacementGroup, placement: dict[str, Any], ray_bundles: list[dict[str, Any]]):
         self.pg = pg
         self.placement = placement
-        self._machines = machines
+        self._ray = ray_bundles
 
     def __repr__(self) -> str:
         where = ", ".join(
@@ -198,16 +192,12 @@ class AccelPlacementGroup:
 
     def env(self, i: int) -> dict[str, str]:
         """The environment of bundle `i`: its devices' visibility variables, its CPUs
-        (`ACCEL_CPUS`) and its nearest RDMA NICs (`NCCL_IB_HCA`, `UCX_NET_DEVICES`)."""
-        b = self.placement["bundles"][i]
-        machine = self._machines[b["node"]]
-        env = affinity_env(machine, b["devices"])
-        env.update(visibility_env(machine, [d["id"] for d in b["devices"]]))
-        return env
+        (`ACCEL_CPUS`) and its devices' RDMA NICs (`NCCL_IB_HCA`, `UCX_NET_DEVICES`)."""
+        return dict(self._ray[i]["env"])
 
     def resources(self, i: int) -> dict[str, float]:
         """The Ray resources of bundle `i`: the device-kind count plus one per device."""
-        return _bundle_resources(self._machines[self.node(i)], self.devices(i))
+        return {k: float(v) for k, v in self._ray[i]["resources"].items()}
 
     def options(self, i: int, **extra: Any) -> dict[str, Any]:
         """`.options(...)` for an actor or task that should use bundle `i`'s devices."""
@@ -222,7 +212,7 @@ class AccelPlacementGroup:
         }
         runtime_env = dict(extra.pop("runtime_env", None) or {})
         env_vars = dict(runtime_env.get("env_vars") or {})
-        env_vars.update(self.env(i))
+        env_vars.update(self._ray[i]["env"])
         runtime_env["env_vars"] = env_vars
         # Workers start pinned to the bundle's CPUs (a py_executable of the caller's own wins).
         runtime_env.setdefault("py_executable", py_executable())
@@ -237,17 +227,6 @@ class AccelPlacementGroup:
         from ray.util import remove_placement_group
 
         remove_placement_group(self.pg)
-
-
-def _bundle_resources(machine: dict[str, Any], devices: list[dict[str, Any]]) -> dict[str, float]:
-    by_id = {a["id"]: a for a in machine.get("accelerators", [])}
-    res: dict[str, float] = {}
-    for d in devices:
-        kind = ray_resource(by_id[d["id"]])
-        if kind is not None:
-            res[kind] = res.get(kind, 0) + ray_units(by_id[d["id"]])
-        res[device_resource(d["vendor"], d["index"])] = 1
-    return res
 
 
 def placement_group(
@@ -274,32 +253,32 @@ def placement_group(
     from ray.util import remove_placement_group
 
     request = load_request(request)
-    planner = Planner(cluster if cluster is not None else cluster_from_ray())
-    if not planner.cluster["nodes"]:
+    planner = Planner(cluster) if cluster is not None else Planner.from_ray_nodes(_published())
+    if len(planner) == 0:
         raise Infeasible("no Ray node carries accel's machine description (start nodes with `python -m accel.ray start`)")
     deadline = time.monotonic() + timeout_s
     for _attempt in range(_ATTEMPTS):
         sync_with_ray(planner)
-        placement = planner.plan(request)  # InvalidRequest or Infeasible here: nothing was created
-        machines = {b["node"]: planner.machine(b["node"]) for b in placement["bundles"]}
-        bundles, selectors = [], []
-        for b in placement["bundles"]:
-            res = _bundle_resources(machines[b["node"]], b["devices"])
+        planned = planner.plan_for_ray(request)  # InvalidRequest or Infeasible here: nothing was created
+        placement, ray_bundles = planned["placement"], planned["ray"]
+        bundles = []
+        for rb in ray_bundles:
+            res = dict(rb["resources"])
             if cpus_per_bundle:
                 res["CPU"] = cpus_per_bundle
             bundles.append(res)
-            selectors.append({NODE_LABEL: _label_value(b["node"])})
+        selectors = [dict(rb["selector"]) for rb in ray_bundles]
         pg = ray_placement_group(bundles, strategy="PACK", name=name, bundle_label_selector=selectors)
         while True:
             if pg.wait(timeout_seconds=max(0.0, min(_POLL_S, deadline - time.monotonic()))):
-                return AccelPlacementGroup(pg, placement, machines)
+                return AccelPlacementGroup(pg, placement, ray_bundles)
             if time.monotonic() >= deadline:
                 remove_placement_group(pg)
                 raise Infeasible(
                     f"Ray did not reserve the planned devices within {timeout_s:g} s "
                     f"({placement['bundles'][0]['node']}...); the placement group was removed"
                 )
-            if _taken_meanwhile(placement, machines, pg) and not pg.wait(timeout_seconds=_POLL_S):
+            if _taken_meanwhile(placement, ray_bundles, pg) and not pg.wait(timeout_seconds=_POLL_S):
                 # Another placement took a planned device between planning and reserving: this
                 # group would stay pending. Remove it and plan again on Ray's current state.
                 remove_placement_group(pg)
@@ -315,21 +294,16 @@ _ATTEMPTS = 3
 _POLL_S = 1.0
 
 
-def _taken_meanwhile(placement: dict[str, Any], machines: dict[str, dict[str, Any]], pg: PlacementGroup) -> bool:
+def _taken_meanwhile(placement: dict[str, Any], ray_bundles: list[dict[str, Any]], pg: PlacementGroup) -> bool:
     """True when a planned device's resource is no longer free in Ray and this group does not
     hold it (Ray names a group's reserved resources `<name>_group_..._<group id>`)."""
-    from ray._private import state
-
-    nodes = _ray_nodes()
-    available = state.available_resources_per_node()
+    available = _available()
     own = pg.id.hex()
-    for b in placement["bundles"]:
-        node = nodes.get(b["node"])
-        if node is None:
+    for b, rb in zip(placement["bundles"], ray_bundles):
+        avail = available.get(b["node"])
+        if avail is None:
             return True
-        avail = available.get(node["NodeID"], {})
-        for d in b["devices"]:
-            name = device_resource(d["vendor"], d["index"])
+        for name in rb["device_resources"]:
             held = any(k.startswith(name + "_group_") and k.endswith(own) for k in avail)
             if avail.get(name, 0) < 1 and not held:
                 return True

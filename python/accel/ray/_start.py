@@ -31,7 +31,7 @@ from typing import Any
 from .. import AccelError, discover
 from .._plan import sample, samples
 from ._agent import default_ray_temp_dir, install_grafana_dashboard
-from ._placement import _label_value, allow_unknown_health, node_spec, publish_machine
+from ._placement import allow_unknown_health, label_value, node_spec, publish_machine
 
 PROG = "python -m accel.ray"
 # How long `start` waits for the agent to serve (it discovers the node first), and for the
@@ -394,7 +394,10 @@ def start(argv: list[str]) -> int:
     if args.allow_unknown_health:
         machine = allow_unknown_health(machine)
     # The node's name is a label value too (accel.io/node), so it takes the label alphabet.
-    name = _label_value(args.node_name or machine.get("host", {}).get("hostname") or socket.gethostname())
+    given = args.node_name or machine.get("host", {}).get("hostname") or socket.gethostname()
+    name = label_value(given)
+    if not name:
+        return _usage_error("start", f"the node name {given!r} keeps no character of a label value ([A-Za-z0-9._-]): pass --node-name")
     cmd = ray_start_command(machine, name, ray_args)
     _warn_left_out(machine)
     if args.dry_run:
