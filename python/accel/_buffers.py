@@ -44,6 +44,10 @@ class Route:
     detail: str
 
 
+# A reference's fields, in the order its constructor and its pickle take them.
+_REF_FIELDS = ("owner", "host", "endpoint", "segment", "buffer", "nbytes", "shape", "dtype", "kind", "path", "nixl", "device", "readers")
+
+
 class Ref(_native.Ref):
     """A reference to a published buffer. Small and picklable; holding it keeps nothing alive.
 
@@ -69,8 +73,7 @@ class Ref(_native.Ref):
 
     def replace(self, **changes: Any) -> Ref:
         """A copy with some fields changed (`copy.replace` calls this too)."""
-        fields = ("owner", "host", "endpoint", "segment", "buffer", "nbytes", "shape", "dtype")
-        fields += ("kind", "path", "nixl", "device", "readers")
+        fields = _REF_FIELDS
         unknown = set(changes) - set(fields)
         if unknown:
             raise TypeError(f"Ref has no field {sorted(unknown)[0]!r}")

@@ -104,3 +104,34 @@ fn exit_codes_separate_unmet_from_invalid() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// docs/placement.md, "NIC per device": devices equally near several RDMA NICs are spread over
+/// them. The GB200 tray's GPU0 and GPU1 are both at NODE from mlx5_0 and mlx5_1 (GPU2 and GPU3
+/// from mlx5_2 and mlx5_3): one GPU per bundle gets every NIC once, and `--json` carries the
+/// environment the Ray path sets (NCCL_IB_HCA, UCX_NET_DEVICES, ACCEL_CPUS, visibility).
+#[test]
+fn plan_spreads_tied_nics_and_prints_the_ray_environment() {
+    let dir = scratch("nics");
+    let cluster = dir.join("cluster.json");
+    std::fs::write(&cluster, ok(accel(&["cluster", "--sample", "gb200-nvl72-tray:1"]))).unwrap();
+    let request = dir.join("request.json");
+    std::fs::write(&request, r#"{"bundles": [{"count": 1}, {"count": 1}, {"count": 1}, {"count": 1}]}"#).unwrap();
+    let args = ["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap(), "--json"];
+    let json: serde_json::Value = serde_json::from_str(&ok(accel(&args))).unwrap();
+    let bundles = json["bundles"].as_array().unwrap();
+    let nics: Vec<&str> = bundles.iter().map(|b| b["devices"][0]["nic"].as_str().unwrap()).collect();
+    assert_eq!(nics, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"], "{json}");
+    for (b, nic) in bundles.iter().zip(&nics) {
+        let env = &b["env"];
+        assert_eq!(env["NCCL_IB_HCA"], format!("={nic}"), "{env}");
+        assert_eq!(env["UCX_NET_DEVICES"], format!("{nic}:1"), "{env}");
+        let numa = b["devices"][0]["numa_node"].as_u64().unwrap();
+        assert_eq!(env["ACCEL_CPUS"], if numa == 0 { "0-71" } else { "72-143" }, "{env}");
+        assert!(env["CUDA_VISIBLE_DEVICES"].as_str().unwrap().starts_with("GPU-"), "{env}");
+        assert_eq!(env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"], "1", "{env}");
+    }
+    // A bundle of two tied GPUs names both NICs.
+    std::fs::write(&request, r#"{"bundles": [{"count": 2, "same_numa": true}]}"#).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&ok(accel(&args))).unwrap();
+    assert_eq!(json["bundles"][0]["env"]["NCCL_IB_HCA"], "=mlx5_0,mlx5_1", "{json}");
+}

@@ -11,6 +11,7 @@ from ._placement import (
     allow_unknown_health,
     cluster_from_ray,
     device_resource,
+    label_value,
     node_spec,
     placement_group,
     publish_machine,
@@ -24,7 +25,7 @@ from ._weights import SyncReport, WeightSource, WeightTarget, plan_weight_sync, 
 
 __all__: list[str] = ["register_transport"]
 __all__ += ["AccelPlacementGroup", "allow_unknown_health", "cluster_from_ray", "device_resource", "node_spec", "placement_group"]
-__all__ += ["publish_machine", "ray_start_command", "visibility_env"]
+__all__ += ["label_value", "publish_machine", "ray_start_command", "visibility_env"]
 __all__ += ["engine_groups", "sglang_env", "vllm_env"]
 __all__ += ["gang", "gang_groups"]
 __all__ += ["SyncReport", "WeightSource", "WeightTarget", "plan_weight_sync", "sync_weights"]
