@@ -9,7 +9,7 @@ use accel_agent::readers::Readers;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::SourceArgs;
+use crate::source::SourceArgs;
 
 /// `accel agent` arguments.
 #[derive(Debug, Args)]
@@ -72,10 +72,10 @@ pub fn run(args: AgentArgs) -> Result<()> {
         }
         None => None,
     };
-    let host = crate::make_host(&args.source)?;
+    let host = crate::source::make_host(&args.source)?;
     // The same plugins as every other command (built-in and external): discovery, the
     // fingerprint and the readings all use this one list.
-    let (plugins, plugin_warnings) = accel_discover::plugins_with_external(&crate::exec_options());
+    let (plugins, plugin_warnings) = accel_discover::plugins_with_external(&crate::source::exec_options());
     let mut machine = accel_discover::discover(&host, &plugins);
     machine.warnings.extend(plugin_warnings);
     let env = serde_json::to_string(&accel_discover::fingerprint::collect_with(&host, &machine, &plugins))

@@ -121,7 +121,7 @@ pub struct BuildArgs {
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
-    registry: crate::RegistryArgs,
+    registry: crate::source::RegistryArgs,
 }
 
 /// `accel cluster ...`.
@@ -198,7 +198,7 @@ fn build(args: &BuildArgs) -> Result<Cluster> {
     }
     let mut found = Vec::new();
     if !args.captures.is_empty() {
-        let registry = crate::registry(&args.registry)?;
+        let registry = crate::source::registry(&args.registry)?;
         for arg in &args.captures {
             found.push(from_capture(arg, &registry)?);
         }
@@ -289,7 +289,7 @@ fn from_capture(arg: &str, registry: &accel_model::SkuRegistry) -> Result<Found>
     };
     let host = accel_discover::Host::open(&accel_discover::Source::Root(path.clone()), options)
         .with_context(|| from.clone())?;
-    let machine = accel_discover::discover_all(&host, &crate::exec_options());
+    let machine = accel_discover::discover_all(&host, &crate::source::exec_options());
     let name = given
         .or_else(|| machine.host.hostname.clone().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()))
         .or_else(|| name_from_path(&path))

@@ -32,12 +32,12 @@ pub struct ConformanceArgs {
     #[arg(long)]
     pub markdown: bool,
     #[command(flatten)]
-    pub registry: crate::RegistryArgs,
+    pub registry: crate::source::RegistryArgs,
 }
 
 /// Returns whether every check passed.
 pub fn run(args: &ConformanceArgs, out: &mut impl Write) -> Result<bool> {
-    let registry = crate::registry(&args.registry)?;
+    let registry = crate::source::registry(&args.registry)?;
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     let (plugins, warnings) = accel_discover::plugins_with_external(&accel_discover::exec::ExecOptions::from_env(&env));
     for w in &warnings {

@@ -17,7 +17,7 @@ pub struct EnvArgs {
     #[command(subcommand)]
     pub command: Option<EnvCommand>,
     #[command(flatten)]
-    pub source: crate::SourceArgs,
+    pub source: crate::source::SourceArgs,
     /// Print JSON (`{fingerprint_version, fields: {name: {value?, source}}}`).
     #[arg(long)]
     pub json: bool,
@@ -48,8 +48,8 @@ pub fn run(args: &EnvArgs, out: &mut impl Write) -> Result<bool> {
         }
         return Ok(changes.is_empty());
     }
-    let host = crate::make_host(&args.source)?;
-    let (plugins, _) = accel_discover::plugins_with_external(&crate::exec_options());
+    let host = crate::source::make_host(&args.source)?;
+    let (plugins, _) = accel_discover::plugins_with_external(&crate::source::exec_options());
     let fp = fingerprint::collect(&host, &plugins);
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &fp)?;

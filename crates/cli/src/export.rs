@@ -8,7 +8,7 @@ use accel_model::Machine;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
-use crate::{discover_machine, SourceArgs};
+use crate::source::{discover_machine, SourceArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {

@@ -9,17 +9,17 @@ mod export;
 mod import;
 mod lab;
 mod plan;
+mod source;
 mod topo;
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use accel_discover::{load_registry, Host};
-use accel_model::{Machine, SkuRegistry};
+use accel_model::Machine;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use source::{discover_machine, exec_options, make_host, registry, RegistryArgs, SourceArgs};
 
 /// `accel --version`: the crate version, the git commit and the optional features built in.
 static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -89,32 +89,6 @@ enum Command {
         #[command(subcommand)]
         command: plan::BenchCommand,
     },
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct SourceArgs {
-    /// Read the machine from a capture instead of `/`: a directory holding sys/ and proc/, a
-    /// `capture.bundle` (from `accel capture` or `accel import hwloc`), or a directory holding one.
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    root: PathBuf,
-    /// Read an embedded sample machine instead (`accel samples` lists them, real or synthetic).
-    #[arg(long, value_name = "NAME", conflicts_with = "root")]
-    sample: Option<String>,
-    /// Skip network look-ups (GCE metadata, EC2 IMDS). Always skipped for --root and --sample.
-    #[arg(long)]
-    no_network: bool,
-    /// Kubernetes node labels (downward-API file, `key="value"` lines) naming zone, rack, block.
-    #[arg(long, value_name = "FILE")]
-    labels_file: Option<PathBuf>,
-    #[command(flatten)]
-    registry: RegistryArgs,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct RegistryArgs {
-    /// Extra SKU file (TOML) merged over the built-in registry; may be repeated.
-    #[arg(long = "sku-file", value_name = "FILE")]
-    sku_files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -296,40 +270,6 @@ fn run(cli: Cli) -> Result<()> {
     }
     out.flush()?;
     Ok(())
-}
-
-pub(crate) fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
-    let dir = accel_discover::sku_dir(&std::env::vars().collect());
-    load_registry(dir.as_deref(), &args.sku_files).context("loading the SKU registry")
-}
-
-fn discover_machine(args: &SourceArgs) -> Result<Machine> {
-    Ok(accel_discover::discover_all(&make_host(args)?, &exec_options()))
-}
-
-/// External plugins are found through the process environment (`ACCEL_PLUGIN_DIR`, `PATH`).
-pub(crate) fn exec_options() -> accel_discover::exec::ExecOptions {
-    accel_discover::exec::ExecOptions::from_env(&std::env::vars().collect())
-}
-
-/// The host to discover: an embedded sample, a capture bundle file, a captured directory, or
-/// the live machine (the only one that gets the process environment, NVML and the network).
-pub(crate) fn make_host(args: &SourceArgs) -> Result<Host> {
-    if let Some(file) = &args.labels_file {
-        // A misspelt path must not pass for a node without labels.
-        std::fs::metadata(file).with_context(|| format!("reading labels file {}", file.display()))?;
-    }
-    let source = match &args.sample {
-        Some(name) => accel_discover::Source::Sample(name.clone()),
-        None => accel_discover::Source::from_root(&args.root),
-    };
-    let options = accel_discover::OpenOptions {
-        registry: registry(&args.registry)?,
-        labels_file: args.labels_file.clone(),
-        network: !args.no_network,
-        env: std::env::vars().collect::<BTreeMap<_, _>>(),
-    };
-    Ok(Host::open(&source, options)?)
 }
 
 /// What a capture is evidence of: the live machine is real; a sample keeps its own provenance;

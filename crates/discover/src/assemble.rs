@@ -80,7 +80,13 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     share_ray_managed_env(&mut machine, plugins);
     assign_indices(&mut machine);
     fill_isolation(&mut machine, plugins);
-    crate::health::evaluate(host, plugins, &mut machine);
+    let mut by_plugin = crate::health::ByPlugin::new();
+    for plugin in plugins {
+        if machine.accelerators.iter().any(|a| a.plugin == plugin.id()) {
+            by_plugin.insert(plugin.id(), plugin.health(host, &machine));
+        }
+    }
+    crate::health::evaluate(host.is_live(), &by_plugin, &mut machine);
     machine
 }
 

@@ -118,6 +118,15 @@ pub fn declared_capture(version: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Whether a variable's name says it holds a secret (`SECRET`, `TOKEN`, `KEY`, `PASSWORD`,
+/// `PASSWD`, `CREDENTIAL`, any case): a plugin never receives it, and its value is never printed
+/// (`accel env` redacts it even where the name is allowed: an `NCCL_*` or `UCX_*` variable, or a
+/// visibility variable a plugin names). The one rule; the lab's Python asks it too.
+pub fn is_secret_name(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    ["SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|w| upper.contains(w))
+}
+
 /// The `env` list of a `version` answer: names of `[A-Z0-9_]` (not starting with a digit), none
 /// that looks like a secret, at most [`MAX_DECLARED_ENV`].
 pub fn declared_env(version: &Value) -> Vec<String> {
@@ -132,7 +141,7 @@ pub fn declared_env(version: &Value) -> Vec<String> {
                 && k.len() <= 128
                 && k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
                 && !k.starts_with(|c: char| c.is_ascii_digit())
-                && !crate::fingerprint::is_secret_name(k)
+                && !is_secret_name(k)
         })
         .take(MAX_DECLARED_ENV)
         .map(str::to_owned)
@@ -517,7 +526,7 @@ impl Vendor for ExecPlugin {
                 self.metrics(host).map(|r| r.map(|m| crate::health::from_readings(&m.readings)))
             }
             Err(e) => Some(Err(e)),
-            Ok(value) => Some(crate::health::from_answer(&value).map_err(|why| PluginError::Garbage {
+            Ok(value) => Some(health_findings(&value).map_err(|why| PluginError::Garbage {
                 name: self.name.into(),
                 verb: "health".into(),
                 message: format!("malformed health answer: {why}"),
@@ -540,5 +549,40 @@ impl Vendor for ExecPlugin {
         let mut isolation = crate::plugin::isolate_from_model(devices);
         isolation.warnings.push(warn(self.name, format!("{why}; isolation values from discovery used instead")));
         isolation
+    }
+}
+
+/// The findings of an external plugin's `health` answer (`{"devices": [{"pci", "healthy",
+/// "reason"?}]}`).
+pub fn health_findings(answer: &serde_json::Value) -> Result<crate::health::Findings, String> {
+    let devices = answer.get("devices").and_then(|d| d.as_array()).ok_or("no `devices` array")?;
+    let mut out = crate::health::Findings::new();
+    for d in devices {
+        let pci = d.get("pci").and_then(|p| p.as_str()).ok_or("a device without `pci`")?;
+        let healthy = d.get("healthy").and_then(|h| h.as_bool()).ok_or("a device without a boolean `healthy`")?;
+        let f = out.entry(crate::readings::normalize_pci(pci)).or_default();
+        if !healthy {
+            let reason = d.get("reason").and_then(|r| r.as_str()).unwrap_or("reported unhealthy by its plugin");
+            f.reasons.push(crate::validate::escape_controls(reason, false).chars().take(256).collect());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_answers_parse_and_bad_ones_are_refused() {
+        let ok = serde_json::json!({"protocol": 1, "devices": [
+            {"pci": "0000:3B:00.0", "healthy": false, "reason": "HBM\u{1b}[1m degraded"},
+            {"pci": "0000:3c:00.0", "healthy": true}]});
+        let f = health_findings(&ok).unwrap();
+        assert_eq!(f["0000:3b:00.0"].reasons.len(), 1);
+        assert!(!f["0000:3b:00.0"].reasons[0].contains('\u{1b}'));
+        assert!(f["0000:3c:00.0"].reasons.is_empty());
+        assert!(health_findings(&serde_json::json!({"devices": [{"pci": "x"}]})).is_err());
+        assert!(health_findings(&serde_json::json!({})).is_err());
     }
 }

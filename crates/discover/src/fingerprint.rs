@@ -8,6 +8,7 @@ use accel_model::{Machine, PathClassifier};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use crate::exec::is_secret_name;
 use crate::Host;
 
 /// One fact and its provenance. `value` is absent when unknown, and `source` then says
@@ -146,14 +147,6 @@ const ACCEL_SETTINGS: &[&str] = &[
 
 /// What a redacted value reads as, wherever it is printed.
 pub const REDACTED: &str = "<redacted>";
-
-/// Whether a variable's name says it holds a secret (`SECRET`, `TOKEN`, `KEY`, `PASSWORD`,
-/// `PASSWD`, `CREDENTIAL`, any case): its value is never printed, even where the name is allowed
-/// (an `NCCL_*` or `UCX_*` variable, or a visibility variable a plugin names).
-pub fn is_secret_name(key: &str) -> bool {
-    let upper = key.to_ascii_uppercase();
-    ["SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|w| upper.contains(w))
-}
 
 /// The fields of a fingerprint made elsewhere (a file for `accel env diff`, a conformance
 /// report), with every secret-named variable's value redacted: older accel versions recorded

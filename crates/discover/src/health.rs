@@ -21,7 +21,6 @@ use accel_model::{Health, HealthState, Machine};
 
 use crate::protocol::PluginError;
 use crate::readings::{normalize_pci, Readings};
-use crate::{Host, Vendor};
 
 /// One device's findings from one family's source, keyed by PCI address.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -61,33 +60,13 @@ pub fn from_readings(readings: &Readings) -> Findings {
     out
 }
 
-/// The findings of an external plugin's `health` answer (`{"devices": [{"pci", "healthy",
-/// "reason"?}]}`).
-pub fn from_answer(answer: &serde_json::Value) -> Result<Findings, String> {
-    let devices = answer.get("devices").and_then(|d| d.as_array()).ok_or("no `devices` array")?;
-    let mut out = Findings::new();
-    for d in devices {
-        let pci = d.get("pci").and_then(|p| p.as_str()).ok_or("a device without `pci`")?;
-        let healthy = d.get("healthy").and_then(|h| h.as_bool()).ok_or("a device without a boolean `healthy`")?;
-        let f = out.entry(normalize_pci(pci)).or_default();
-        if !healthy {
-            let reason = d.get("reason").and_then(|r| r.as_str()).unwrap_or("reported unhealthy by its plugin");
-            f.reasons.push(crate::validate::escape_controls(reason, false).chars().take(256).collect());
-        }
-    }
-    Ok(out)
-}
+/// What each plugin's health source said ([`crate::Vendor::health`]), by plugin id.
+pub type ByPlugin<'a> = BTreeMap<&'a str, Option<Result<Findings, PluginError>>>;
 
-/// Sets every accelerator's [`Health`]: the PCIe link rule, then each plugin's
-/// [`Vendor::health`] for its own devices.
-pub fn evaluate(host: &Host, plugins: &[Box<dyn Vendor>], machine: &mut Machine) {
-    let live = host.is_live();
-    let mut by_plugin: BTreeMap<&str, Option<Result<Findings, PluginError>>> = BTreeMap::new();
-    for plugin in plugins {
-        if machine.accelerators.iter().any(|a| a.plugin == plugin.id()) {
-            by_plugin.insert(plugin.id(), plugin.health(host, machine));
-        }
-    }
+/// Sets every accelerator's [`Health`]: the PCIe link rule, then what its plugin's health
+/// source said (`by_plugin`) of its own devices; `live`: a plugin without a source on the live
+/// machine makes its devices unknown.
+pub fn evaluate(live: bool, by_plugin: &ByPlugin<'_>, machine: &mut Machine) {
     let verdicts: Vec<Health> = machine
         .accelerators
         .iter()
@@ -147,18 +126,5 @@ mod tests {
         let f = from_readings(&Readings { devices: vec![d, quiet], links: vec![link], ..Default::default() });
         assert_eq!(f["0000:18:00.0"].reasons, ["3 uncorrectable ECC errors", "XID 79"]);
         assert!(f["0000:2a:00.0"].reasons.is_empty());
-    }
-
-    #[test]
-    fn plugin_answers_parse_and_bad_ones_are_refused() {
-        let ok = serde_json::json!({"protocol": 1, "devices": [
-            {"pci": "0000:3B:00.0", "healthy": false, "reason": "HBM\u{1b}[1m degraded"},
-            {"pci": "0000:3c:00.0", "healthy": true}]});
-        let f = from_answer(&ok).unwrap();
-        assert_eq!(f["0000:3b:00.0"].reasons.len(), 1);
-        assert!(!f["0000:3b:00.0"].reasons[0].contains('\u{1b}'));
-        assert!(f["0000:3c:00.0"].reasons.is_empty());
-        assert!(from_answer(&serde_json::json!({"devices": [{"pci": "x"}]})).is_err());
-        assert!(from_answer(&serde_json::json!({})).is_err());
     }
 }

@@ -12,20 +12,7 @@ pub mod xml;
 use accel_discover::fs::MemTree;
 
 pub use tree::Summary;
-pub use xml::MAX_XML_BYTES;
-
-/// Why an XML could not be imported at all (a partial import is warnings instead).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ImportError {
-    #[error("the file is larger than {0} bytes")]
-    TooLarge(usize),
-    #[error("not XML: {0}")]
-    NotXml(String),
-    #[error("not an hwloc topology: {0}")]
-    NotHwloc(String),
-    #[error("unsupported hwloc XML version {0:?} (2.x and 3.x are read; export again with hwloc 2 or later)")]
-    Version(String),
-}
+pub use xml::{ImportError, MAX_XML_BYTES};
 
 /// The imported capture.
 #[derive(Debug, Clone)]

@@ -9,7 +9,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use accel_model::{CpuSet, PciAddr};
 
-use crate::ImportError;
+/// Why an XML could not be imported at all (a partial import is warnings instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    #[error("the file is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("not XML: {0}")]
+    NotXml(String),
+    #[error("not an hwloc topology: {0}")]
+    NotHwloc(String),
+    #[error("unsupported hwloc XML version {0:?} (2.x and 3.x are read; export again with hwloc 2 or later)")]
+    Version(String),
+}
 
 /// The largest XML read (real `lstopo --whole-io` files are well under 1 MiB).
 pub const MAX_XML_BYTES: usize = 64 << 20;

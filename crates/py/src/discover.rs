@@ -32,11 +32,11 @@ fn discover_json(
     serde_json::to_string(&machine).map_err(to_py(discovery_error))
 }
 
-/// Whether a variable's name says it holds a secret (`accel_discover::fingerprint::is_secret_name`,
-/// the rule the fingerprint and the plugin runner's allow-list apply).
+/// Whether a variable's name says it holds a secret (`accel_discover::exec::is_secret_name`, the
+/// rule the plugin runner's allow-list and the fingerprint apply).
 #[pyfunction]
 fn is_secret_name(name: &str) -> bool {
-    accel_discover::fingerprint::is_secret_name(name)
+    accel_discover::exec::is_secret_name(name)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -3,6 +3,7 @@
 //! resources and environment, from the target node's stored facts), and the embedded samples.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
 
 use accel_discover::bundle::{ray_bundle, Planned};
 use accel_model::Machine;
@@ -10,6 +11,15 @@ use accel_plan::{Cluster, ClusterNode, MachineRef, Placement, PlanError, Request
 use pyo3::prelude::*;
 
 use crate::errors::{placement_error, to_py};
+
+/// The built-in plugins, built once when the module loads: a bundle's environment asks their
+/// `isolate` (pure functions of a node's stored device facts), never a plugin found on this
+/// process's `PATH`.
+static BUILTIN: OnceLock<Vec<Box<dyn accel_discover::Vendor>>> = OnceLock::new();
+
+pub(crate) fn builtin_plugins() -> &'static [Box<dyn accel_discover::Vendor>] {
+    BUILTIN.get_or_init(accel_discover::default_plugins)
+}
 
 fn plan_error(e: PlanError) -> PyErr {
     let message = e.to_string();
@@ -73,7 +83,7 @@ impl PyPlanner {
 
     /// What Ray needs for each bundle of `placement`, from each target node's machine.
     fn ray_bundles(&self, placement: &Placement) -> PyResult<Vec<accel_discover::bundle::RayBundle>> {
-        let builtin = crate::builtin_plugins();
+        let builtin = builtin_plugins();
         placement
             .bundles
             .iter()
@@ -208,7 +218,7 @@ impl PyPlanner {
 fn visibility_env(machine_json: &str, ids: Vec<String>) -> PyResult<BTreeMap<String, String>> {
     let machine: Machine = parse(machine_json, "machine")?;
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    Ok(accel_discover::bundle::visibility(crate::builtin_plugins(), &machine, &ids).env)
+    Ok(accel_discover::bundle::visibility(builtin_plugins(), &machine, &ids).env)
 }
 
 /// `ray start` labels, custom resources and GPU count of the machine of the Ray node `name`

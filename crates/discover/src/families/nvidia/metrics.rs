@@ -1,75 +1,11 @@
-//! NVIDIA's metrics through NVML: a serialisable [`NvmlMetrics`] snapshot (what the live library
-//! said, through discovery's one NVML loader, or a recording of it) and its conversion to
-//! [`Readings`]. No library and no recording means no NVIDIA series, not an error.
+//! NVIDIA's metrics through NVML: the serialisable [`NvmlMetrics`] snapshot (`nvml.rs`: what the
+//! live library said, through discovery's one NVML loader, or a recording of it) and its
+//! conversion to [`Readings`]. No library and no recording means no NVIDIA series, not an error.
 
-use serde::{Deserialize, Serialize};
-
-use crate::families::nvidia::NvmlHost;
+use super::nvml::{NvmlHost, NvmlMetrics};
 use crate::protocol::PluginError;
 use crate::readings::{normalize_pci, DeviceReading, LinkReading, Metrics, Readings};
 use crate::Host;
-
-/// The raw NVML values of one node, in NVML's own units (a recording is this as JSON).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NvmlMetrics {
-    #[serde(default)]
-    pub devices: Vec<NvmlDeviceMetrics>,
-    /// NVML calls that failed, `call(device i): error`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
-}
-
-/// One GPU. `None` is "NVML answered NotSupported" (or the call failed: then also in `errors`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NvmlDeviceMetrics {
-    /// `nvmlDeviceGetPciInfo().busId`, `00000000:19:00.0`.
-    pub pci_bus_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
-    /// `nvmlDeviceGetUtilizationRates().gpu`, percent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utilization_gpu_percent: Option<u32>,
-    /// `nvmlDeviceGetMemoryInfo()`, bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_used_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_total_bytes: Option<u64>,
-    /// `nvmlDeviceGetPowerUsage`, milliwatts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub power_usage_mw: Option<u32>,
-    /// `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`, °C.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature_gpu_c: Option<u32>,
-    /// `nvmlDeviceGetClockInfo(NVML_CLOCK_SM / NVML_CLOCK_MEM)`, MHz.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clock_sm_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clock_mem_mhz: Option<u32>,
-    /// `nvmlDeviceGetTotalEccErrors(CORRECTED / UNCORRECTED, NVML_VOLATILE_ECC)`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ecc_corrected_volatile: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ecc_uncorrected_volatile: Option<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nvlinks: Vec<NvmlLinkMetrics>,
-}
-
-/// One active NVLink.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NvmlLinkMetrics {
-    pub link: u32,
-    /// `nvmlDeviceGetNvLinkRemotePciInfo().busId` (absent for a link to an off-tray switch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_pci: Option<String>,
-    /// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX` with scope = link, KiB.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_tx_kib: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_rx_kib: Option<u64>,
-    /// Sum of `nvmlDeviceGetNvLinkErrorCounter` (DL replay, recovery, CRC flit, CRC data).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub errors: Option<u64>,
-}
 
 /// Converts NVML's units to the protocol's: percent to ratio, mW to W, MHz to Hz, KiB to bytes.
 pub fn to_readings(m: &NvmlMetrics) -> Readings {
@@ -143,6 +79,7 @@ pub fn read(host: &Host) -> Option<Result<Metrics, PluginError>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::families::nvidia::nvml::{NvmlDeviceMetrics, NvmlLinkMetrics};
 
     #[test]
     fn units_convert() {

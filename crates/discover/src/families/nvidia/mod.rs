@@ -10,7 +10,6 @@ pub mod nvml;
 pub mod nvml_live;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use accel_model::{
     Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
@@ -18,7 +17,8 @@ use accel_model::{
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
-use nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, NvmlSource, RemoteType};
+pub use nvml::NvmlHost;
+use nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, RemoteType};
 
 const SRC: &str = "nvidia";
 /// Where a capture keeps its NVML recording.
@@ -52,23 +52,6 @@ pub fn plugin() -> Box<dyn Vendor> {
 fn json_cuda_version(text: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
     v.get("cuda").and_then(|c| c.get("version")).and_then(|v| v.as_str()).map(str::to_owned)
-}
-
-/// The NVML a host carries: the live library `open_live` attached, or a test's source.
-pub trait NvmlHost {
-    /// `self` with `nvml` as its NVIDIA runtime.
-    fn with_nvml(self, nvml: Arc<dyn NvmlSource>) -> Host;
-    fn nvml(&self) -> Option<&dyn NvmlSource>;
-}
-
-impl NvmlHost for Host {
-    fn with_nvml(self, nvml: Arc<dyn NvmlSource>) -> Host {
-        self.with_runtime("nvidia", Arc::new(nvml))
-    }
-
-    fn nvml(&self) -> Option<&dyn NvmlSource> {
-        self.runtime("nvidia")?.downcast_ref::<Arc<dyn NvmlSource>>().map(|n| &**n)
-    }
 }
 
 impl Vendor for Nvidia {

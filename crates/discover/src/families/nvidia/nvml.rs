@@ -1,8 +1,14 @@
-//! The narrow view of NVML that the NVIDIA plugin needs, as one serialisable snapshot, and the
-//! recorded-JSON source that replays one (`/accel/nvml.json` in a capture). The live source
+//! The narrow view of NVML that the NVIDIA plugin needs, as serialisable snapshots (what
+//! discovery reads, [`NvmlSnapshot`], and the readings, [`NvmlMetrics`]), the recorded-JSON
+//! source that replays one (`/accel/nvml.json` in a capture), and [`NvmlHost`], which carries a
+//! source on the `Host`. The live source
 //! (`nvml_live`, behind the `nvml` feature) loads libnvidia-ml at run time.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+use crate::Host;
 
 /// Where NVML data comes from: the live library or a recording. One call, so a capture is the
 /// serialised result of that call.
@@ -13,7 +19,7 @@ pub trait NvmlSource: Send + Sync {
 
     /// The readings now (utilisation, memory, power, clocks, ECC, NVLink counters), for the
     /// family's `metrics`. `None` for a source without live readings (a recording).
-    fn metrics(&self) -> Option<crate::families::nvidia::metrics::NvmlMetrics> {
+    fn metrics(&self) -> Option<NvmlMetrics> {
         None
     }
 }
@@ -162,6 +168,85 @@ impl NvmlSource for RecordedNvml {
     fn snapshot(&self) -> Result<NvmlSnapshot, String> {
         self.0.clone()
     }
+}
+
+/// The NVML a host carries: the live library `open_live` attached, or a test's source.
+pub trait NvmlHost {
+    /// `self` with `nvml` as its NVIDIA runtime.
+    fn with_nvml(self, nvml: Arc<dyn NvmlSource>) -> Host;
+    fn nvml(&self) -> Option<&dyn NvmlSource>;
+}
+
+impl NvmlHost for Host {
+    fn with_nvml(self, nvml: Arc<dyn NvmlSource>) -> Host {
+        self.with_runtime("nvidia", Arc::new(nvml))
+    }
+
+    fn nvml(&self) -> Option<&dyn NvmlSource> {
+        self.runtime("nvidia")?.downcast_ref::<Arc<dyn NvmlSource>>().map(|n| &**n)
+    }
+}
+
+/// The raw NVML values of one node, in NVML's own units (a recording is this as JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlMetrics {
+    #[serde(default)]
+    pub devices: Vec<NvmlDeviceMetrics>,
+    /// NVML calls that failed, `call(device i): error`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// One GPU. `None` is "NVML answered NotSupported" (or the call failed: then also in `errors`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlDeviceMetrics {
+    /// `nvmlDeviceGetPciInfo().busId`, `00000000:19:00.0`.
+    pub pci_bus_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// `nvmlDeviceGetUtilizationRates().gpu`, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_gpu_percent: Option<u32>,
+    /// `nvmlDeviceGetMemoryInfo()`, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
+    /// `nvmlDeviceGetPowerUsage`, milliwatts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_usage_mw: Option<u32>,
+    /// `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`, °C.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_gpu_c: Option<u32>,
+    /// `nvmlDeviceGetClockInfo(NVML_CLOCK_SM / NVML_CLOCK_MEM)`, MHz.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_sm_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_mem_mhz: Option<u32>,
+    /// `nvmlDeviceGetTotalEccErrors(CORRECTED / UNCORRECTED, NVML_VOLATILE_ECC)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected_volatile: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected_volatile: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<NvmlLinkMetrics>,
+}
+
+/// One active NVLink.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlLinkMetrics {
+    pub link: u32,
+    /// `nvmlDeviceGetNvLinkRemotePciInfo().busId` (absent for a link to an off-tray switch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_pci: Option<String>,
+    /// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX` with scope = link, KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_tx_kib: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_rx_kib: Option<u64>,
+    /// Sum of `nvmlDeviceGetNvLinkErrorCounter` (DL replay, recovery, CRC flit, CRC data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<u64>,
 }
 
 #[cfg(test)]

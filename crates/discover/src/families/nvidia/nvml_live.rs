@@ -28,8 +28,9 @@ mod live {
     use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
     use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 
-    use crate::families::nvidia::metrics::{NvmlDeviceMetrics, NvmlLinkMetrics, NvmlMetrics};
-    use crate::families::nvidia::nvml::{NvmlDevice, NvmlLink, NvmlSnapshot, NvmlSource, RemoteType};
+    use crate::families::nvidia::nvml::{
+        NvmlDevice, NvmlDeviceMetrics, NvmlLink, NvmlLinkMetrics, NvmlMetrics, NvmlSnapshot, NvmlSource, RemoteType,
+    };
 
     /// `NVML_NVLINK_MAX_LINKS`.
     const MAX_LINKS: u32 = 18;
