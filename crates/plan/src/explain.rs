@@ -14,15 +14,15 @@ pub(crate) trait View {
     fn node_name(&self, node: usize) -> &str;
     fn free_mask(&self, node: usize) -> u64;
     fn meter(&self) -> &Meter;
-    /// One node per interchangeable class among the nodes `select` allows (empty when it
-    /// allows none).
-    fn representatives(&self, request: &Request) -> Vec<usize>;
     /// A one-line summary of the placement of `request`, if it can be placed.
     fn plan_summary(&mut self, request: &Request) -> Option<String>;
+    /// How many bundles and nodes the placement of `request` takes, if it can be placed.
+    fn plan_size(&mut self, request: &Request) -> Option<(usize, usize)>;
 }
 
 /// The best partial decision the planner reached: how many bundles it placed, and, when the
 /// request asks for one `same` domain, which node or domain value held them.
+#[derive(Debug)]
 pub(crate) struct Partial {
     pub placed: usize,
     pub holder: String,
@@ -199,9 +199,15 @@ fn diagnose(p: &impl View, nodes: &[usize], b: usize, bundle: &Bundle) -> Option
 }
 
 /// Why `request` cannot be met on any of the `units` candidate domains the planner tried,
-/// given its best partial decision.
-pub(crate) fn explain(p: &mut impl View, request: &Request, units: usize, best_partial: Option<Partial>) -> PlanError {
-    let reps = p.representatives(request);
+/// given its best partial decision; `reps` holds one node per interchangeable class among the
+/// nodes the decision could use (`select`, exclusions), empty when there are none.
+pub(crate) fn explain(
+    p: &mut impl View,
+    request: &Request,
+    reps: &[usize],
+    units: usize,
+    best_partial: Option<Partial>,
+) -> PlanError {
     if reps.is_empty() {
         let want: Vec<String> = request.select.iter().map(|(k, v)| format!("{k}={v}")).collect();
         return PlanError::Infeasible(Infeasible {
@@ -217,37 +223,148 @@ pub(crate) fn explain(p: &mut impl View, request: &Request, units: usize, best_p
         if request.bundles[..b].contains(bundle) {
             continue;
         }
-        if let Some(why) = diagnose(p, &reps, b, bundle) {
+        if let Some(why) = diagnose(p, reps, b, bundle) {
             return PlanError::Infeasible(why);
         }
     }
-    // Every bundle fits alone: the bundles do not fit together.
+    together(p, request, units, best_partial)
+}
+
+/// The constraints that bind a request's bundles together, in the order the rule tries them:
+/// each with the request without it.
+fn binding(request: &Request) -> Vec<(&'static str, Request)> {
+    let mut out = Vec::new();
+    if request.groups.is_some() {
+        let mut r = request.clone();
+        r.groups = None;
+        out.push(("groups", r));
+    }
+    if request.same.is_some() {
+        let mut r = request.clone();
+        r.same = None;
+        out.push(("same", r));
+    }
+    if request.strategy == crate::Strategy::Spread {
+        let mut r = request.clone();
+        r.strategy = crate::Strategy::Pack;
+        out.push(("spread", r));
+    }
+    out
+}
+
+/// Every bundle fits alone; the one rule for what keeps them from fitting together. The first
+/// binding constraint (`groups`, `same`, `spread`) whose removal alone lets the request fit is
+/// named, with that placement as the nearest; when only removing them all does, the first is
+/// named, with that placement. When the bundles do not fit together even free of every binding
+/// constraint, the constraint is `capacity`, and the nearest is the largest part that fits (whole
+/// sub-groups, else the first bundles).
+fn together(p: &mut impl View, request: &Request, units: usize, best_partial: Option<Partial>) -> PlanError {
     let n = request.bundles.len();
     let placed = best_partial.as_ref().map_or(0, |b| b.placed);
-    let (constraint, message) = match request.same.as_deref() {
-        Some(kind) => {
+    let binding = binding(request);
+    let mut found: Option<(&str, String)> = None;
+    for (name, relaxed) in &binding {
+        if let Some(nearest) = relaxed_nearest(p, name, request, relaxed) {
+            found = Some((name, nearest));
+            break;
+        }
+    }
+    if found.is_none() && binding.len() > 1 {
+        let mut all = request.clone();
+        all.groups = None;
+        all.same = None;
+        all.strategy = crate::Strategy::Pack;
+        let names: Vec<&str> = binding.iter().map(|(n, _)| *n).collect();
+        if let Some(pl) = p.plan_summary(&all) {
+            found = Some((binding[0].0, format!("without {}: {pl}", names.join(", "))));
+        }
+    }
+    let Some((constraint, nearest)) = found else { return capacity(p, request, placed) };
+    let message = match constraint {
+        "groups" => {
+            let g = request.groups.as_ref().expect("groups binds only when given");
+            let devices: u32 = request.bundles.iter().take(g.size as usize).map(|b| b.count).sum();
+            let spread = if g.replicas == crate::Strategy::Spread { " (spread: one domain each)" } else { "" };
+            let size = g.size.max(1) as usize;
+            format!(
+                "no {} domain is left for every sub-group of {} bundles ({devices} devices){spread}; \
+                 {} of {} sub-groups placed",
+                g.same,
+                g.size,
+                placed / size,
+                n / size
+            )
+        }
+        "same" => {
+            let kind = request.same.as_deref().unwrap_or("");
             let holder = best_partial.as_ref().map(|b| b.holder.clone()).unwrap_or_default();
             let holder =
                 if holder.is_empty() { String::new() } else { format!("; the best, {holder}, holds {placed}") };
-            (
-                "same".to_owned(),
-                format!("no {kind} domain can hold all {n} bundles together ({units} candidates){holder}",),
-            )
+            format!("no {kind} domain can hold all {n} bundles together ({units} candidates){holder}")
         }
-        None if request.strategy == crate::Strategy::Spread => {
-            ("spread".to_owned(), format!("the {n} bundles need {n} different nodes; only {placed} could be placed"))
+        _ => format!("the {n} bundles need {n} different nodes; only {placed} could be placed"),
+    };
+    PlanError::Infeasible(Infeasible {
+        bundle: None,
+        constraint: constraint.to_owned(),
+        message,
+        nearest: Some(nearest),
+        budget_exhausted: false,
+    })
+}
+
+/// The nearest alternative without one binding constraint, if the request fits without it.
+fn relaxed_nearest(p: &mut impl View, name: &str, request: &Request, relaxed: &Request) -> Option<String> {
+    match name {
+        "groups" => {
+            let (bundles, nodes) = p.plan_size(relaxed)?;
+            Some(format!("without groups: {bundles} bundles on {nodes} nodes"))
         }
-        None => ("capacity".to_owned(), format!("the {n} bundles fit one at a time but not together; {placed} placed")),
+        "same" => {
+            let pl = p.plan_summary(relaxed)?;
+            Some(format!("without same={}: {pl}", request.same.as_deref().unwrap_or("")))
+        }
+        _ => p.plan_summary(relaxed).map(|pl| format!("with pack instead of spread: {pl}")),
+    }
+}
+
+/// `capacity`: the bundles fit one at a time but not together, even free of every binding
+/// constraint. The nearest is the largest part of the request that fits as asked: the most whole
+/// sub-groups, else the first bundles (found by bisection: a part of a part that fits fits).
+fn capacity(p: &mut impl View, request: &Request, placed: usize) -> PlanError {
+    let n = request.bundles.len();
+    let need: u64 = request.bundles.iter().map(|b| u64::from(b.count)).sum();
+    let size = request.groups.as_ref().map_or(1, |g| g.size.max(1) as usize);
+    let part = |k: usize| {
+        let mut r = request.clone();
+        r.bundles.truncate(k * size);
+        r
     };
-    let mut relaxed = request.clone();
-    let nearest = if request.same.is_some() {
-        relaxed.same = None;
-        p.plan_summary(&relaxed).map(|pl| format!("without same={}: {pl}", request.same.as_deref().unwrap_or("")))
-    } else if request.strategy == crate::Strategy::Spread {
-        relaxed.strategy = crate::Strategy::Pack;
-        p.plan_summary(&relaxed).map(|pl| format!("with pack instead of spread: {pl}"))
-    } else {
-        None
-    };
-    PlanError::Infeasible(Infeasible { bundle: None, constraint, message, nearest, budget_exhausted: false })
+    // The most whole units (sub-groups, or bundles) that fit: bisection over 1..n/size.
+    let (mut lo, mut hi) = (0usize, (n / size).saturating_sub(1));
+    let mut best: Option<(usize, usize)> = None;
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        match p.plan_size(&part(mid)) {
+            Some((_, nodes)) => {
+                best = Some((mid, nodes));
+                lo = mid;
+            }
+            None => hi = mid - 1,
+        }
+    }
+    let nearest = best.map(|(k, nodes)| {
+        let on = if nodes == 1 { "1 node".to_owned() } else { format!("{nodes} nodes") };
+        match &request.groups {
+            Some(_) => format!("{k} of {} sub-groups ({} bundles) fit, on {on}", n / size, k * size),
+            None => format!("the first {k} of {n} bundles fit, on {on}"),
+        }
+    });
+    PlanError::Infeasible(Infeasible {
+        bundle: None,
+        constraint: "capacity".into(),
+        message: format!("the {n} bundles ({need} devices) fit one at a time but not together; {placed} placed"),
+        nearest,
+        budget_exhausted: false,
+    })
 }

@@ -8,15 +8,23 @@
 //! [`Machine`]: accel_model::Machine
 
 mod cluster;
+mod domains;
 mod explain;
 pub mod fabric;
+mod groups;
 mod index;
 pub mod names;
+mod packing;
+mod placement;
 mod planner;
+mod proposal;
+mod repair;
 mod request;
 mod rng;
+mod scope;
 pub mod score;
 mod search;
+mod state;
 
 use std::fmt;
 
@@ -26,7 +34,10 @@ pub use cluster::{
     machine_domains, BinPack, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth, MAX_DEVICES_PER_NODE,
     W_BINPACK,
 };
-pub use planner::{BundlePlacement, DeviceSet, PlacedDevice, Placement, Planner, DOMAIN_CANDIDATES, W_PACK};
+pub use groups::DOMAIN_CANDIDATES;
+pub use packing::W_PACK;
+pub use placement::{BundlePlacement, DeviceSet, PlacedDevice, Placement};
+pub use planner::Planner;
 pub use request::{Bundle, Connectivity, Groups, NicDistance, Request, Strategy, Within};
 pub use rng::XorShift;
 pub use score::Breakdown;

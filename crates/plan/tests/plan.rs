@@ -109,9 +109,12 @@ fn gang_stays_in_one_clique() {
     let got = p.allocate(&request(gang)).unwrap();
     let nodes: Vec<&str> = got.bundles.iter().map(|b| b.node.as_str()).collect();
     assert_eq!(nodes, ["b0", "b1"]);
+    // Clique A has 7 free devices for 8: the two bundles fit alone but not together, clique
+    // or none (docs/placement.md: `capacity`), and one of them does.
     let why = infeasible(p.plan(&request(gang)).unwrap_err());
-    assert_eq!(why.constraint, "same");
-    assert!(why.message.starts_with("no nvlink_clique domain can hold all 2 bundles together"), "{}", why.message);
+    assert_eq!(why.constraint, "capacity", "{why:?}");
+    assert!(why.message.starts_with("the 2 bundles (8 devices) fit one at a time but not together"), "{}", why.message);
+    assert_eq!(why.nearest.as_deref(), Some("the first 1 of 2 bundles fit, on 1 node"));
     // Without the clique constraint, a 3 + 4 gang would fit across cliques.
     let select = r#"{"bundles": [{"count": 3}], "select": {"nvlink_clique": "A"}}"#;
     assert_eq!(p.plan(&request(select)).unwrap().bundles[0].node, "a0");
