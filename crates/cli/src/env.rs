@@ -39,13 +39,7 @@ pub fn run(args: &EnvArgs, out: &mut impl Write) -> Result<bool> {
     if let Some(EnvCommand::Diff { a, b }) = &args.command {
         let (fa, fb) = (load(a)?, load(b)?);
         let changes = fingerprint::diff(&fa, &fb);
-        for (key, va, vb) in &changes {
-            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(unknown)".into());
-            writeln!(out, "{key}: {} -> {}", show(va), show(vb))?;
-        }
-        if changes.is_empty() {
-            writeln!(out, "no differences")?;
-        }
+        out.write_all(fingerprint::diff_text(&changes).as_bytes())?;
         return Ok(changes.is_empty());
     }
     let host = crate::source::make_host(&args.source)?;
@@ -71,8 +65,5 @@ fn load(path: &Path) -> Result<Fingerprint> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-    let inner = if value.get("fields").is_some() { value } else { value["fingerprint"].clone() };
-    let fp = serde_json::from_value(inner)
-        .with_context(|| format!("{} holds no environment fingerprint", path.display()))?;
-    Ok(fingerprint::redacted(fp))
+    fingerprint::from_document(value).map_err(|e| anyhow::anyhow!("{} {e}", path.display()))
 }

@@ -293,6 +293,23 @@ pub fn diff(a: &Fingerprint, b: &Fingerprint) -> Vec<(String, Option<String>, Op
         .collect()
 }
 
+/// `diff`'s answer as `accel env diff` prints it: `field: a -> b` per difference (`(unknown)`
+/// for a side without the value), or `no differences`.
+pub fn diff_text(changes: &[(String, Option<String>, Option<String>)]) -> String {
+    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(unknown)".into());
+    if changes.is_empty() {
+        return "no differences\n".into();
+    }
+    changes.iter().map(|(key, a, b)| format!("{key}: {} -> {}\n", show(a), show(b))).collect()
+}
+
+/// The fingerprint of a JSON document: a fingerprint (`accel env --json`), or a document that
+/// embeds one under `fingerprint` (a conformance report); secret-named values redacted.
+pub fn from_document(value: serde_json::Value) -> Result<Fingerprint, String> {
+    let inner = if value.get("fields").is_some() { value } else { value["fingerprint"].clone() };
+    serde_json::from_value(inner).map(redacted).map_err(|_| "holds no environment fingerprint".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

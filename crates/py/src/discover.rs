@@ -32,6 +32,41 @@ fn discover_json(
     serde_json::to_string(&machine).map_err(to_py(discovery_error))
 }
 
+/// The environment fingerprint (`accel env --json`) of this machine, an embedded sample or a
+/// captured root, as JSON: the CLI's rule, in process (the lab needs no `accel` binary).
+#[pyfunction]
+#[pyo3(signature = (root = None, sample = None))]
+fn env_json(py: Python<'_>, root: Option<PathBuf>, sample: Option<String>) -> PyResult<String> {
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let registry = load_registry(accel_discover::sku_dir(&env).as_deref(), &[]).map_err(to_py(discovery_error))?;
+    let exec = accel_discover::exec::ExecOptions::from_env(&env);
+    let source = match sample {
+        Some(name) => Source::Sample(name),
+        None => Source::from_root(&root.unwrap_or_else(|| PathBuf::from("/"))),
+    };
+    let options = OpenOptions { registry, env, ..OpenOptions::default() };
+    let fp = py.detach(|| {
+        Host::open(&source, options).map(|host| {
+            let (plugins, _) = accel_discover::plugins_with_external(&exec);
+            accel_discover::fingerprint::collect(&host, &plugins)
+        })
+    });
+    let fp = fp.map_err(to_py(discovery_error))?;
+    serde_json::to_string(&fp).map_err(to_py(discovery_error))
+}
+
+/// `accel env diff A B` in process: `(same, text)` for two fingerprint documents (JSON text).
+#[pyfunction]
+fn env_diff(a_json: &str, b_json: &str) -> PyResult<(bool, String)> {
+    let load = |text: &str, what: &str| {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| discovery_error(format!("{what} is not JSON: {e}")))?;
+        accel_discover::fingerprint::from_document(value).map_err(|e| discovery_error(format!("{what} {e}")))
+    };
+    let changes = accel_discover::fingerprint::diff(&load(a_json, "A")?, &load(b_json, "B")?);
+    Ok((changes.is_empty(), accel_discover::fingerprint::diff_text(&changes)))
+}
+
 /// Whether a variable's name says it holds a secret (`accel_discover::exec::is_secret_name`, the
 /// rule the plugin runner's allow-list and the fingerprint apply).
 #[pyfunction]
@@ -42,5 +77,7 @@ fn is_secret_name(name: &str) -> bool {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(discover_json, m)?)?;
     m.add_function(wrap_pyfunction!(is_secret_name, m)?)?;
+    m.add_function(wrap_pyfunction!(env_json, m)?)?;
+    m.add_function(wrap_pyfunction!(env_diff, m)?)?;
     Ok(())
 }

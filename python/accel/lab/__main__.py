@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from ._analysis import DEFAULT_STALE_DAYS, Owners, OwnersError, analyze, load_owners, load_prices
 from ._run import RunError, Summary, cancel_run, commit_of, parse_selectors, run_suite
-from ._repro import ReproError, accel_binary, report, rerun_on_nodes
+from ._repro import ReproError, report, rerun_on_nodes
 from ._serve import ServeError, make_server, serve
 from ._store import DocumentError, StoreError, open_store, redact_url
 from ._suite import SuiteError, load_suite
@@ -243,7 +243,7 @@ def _cmd_repro(args: argparse.Namespace) -> int:
             for s in summaries:
                 print(f"repro run {s.run_id}: {s.state}; {_counts(s.counts)}")
             return 1 if any(s.counts.get(v) for s in summaries for v in ("fail", "error", "infra")) else 0
-        print(report(store, args.run, accel=accel_binary(), source=source, everything=args.all), end="")
+        print(report(store, args.run, accel="", source=source, everything=args.all), end="")
     return 0
 
 

@@ -2,19 +2,16 @@
 exact commands that run its failing checks again, here or (`--on-node`) on the same nodes
 through Ray.
 
-The fingerprints are compared by the Rust CLI itself (`accel env --json` for this machine,
-`accel env diff A B` for the comparison), so the lab keeps no second copy of those rules. The
+The fingerprints are taken and compared by the Rust rules `accel env --json` and `accel env diff`
+use, called in process (`accel._native.env_json`, `env_diff`): the lab keeps no second copy of
+those rules and never runs the `accel` binary (which runs the lab: no loop). The
 commands come from the suite stored with the run (its checks as they were), not from a suite
 file that may have changed since."""
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
-import subprocess
-import tempfile
 from typing import Any
 
 from ._store import Store
@@ -25,43 +22,31 @@ NOT_PASSED = ("fail", "error", "infra", "cancelled")
 
 
 class ReproError(Exception):
-    """A run that cannot be reproduced (unknown, no stored suite, no accel binary); one line."""
-
-
-def accel_binary() -> str:
-    """The `accel` binary: `ACCEL_BIN`, else `accel` on PATH; `ReproError` when neither."""
-    found = os.environ.get("ACCEL_BIN") or shutil.which("accel")
-    if not found or not os.access(found, os.X_OK):
-        raise ReproError("needs the accel binary (set ACCEL_BIN, or put `accel` on PATH)")
-    return found
+    """A run that cannot be reproduced (unknown, no stored suite, a fingerprint that fails); one line."""
 
 
 def this_environment(accel: str, source: list[str]) -> dict[str, Any]:
-    """`accel env --json` of this machine (or of `--sample`/`--root`, as `source` says)."""
+    """The fingerprint `accel env --json` gives of this machine (or of `--sample`/`--root`, as
+    `source` says), computed in process; `accel` is not run."""
+    from .. import _native
+
+    where = dict(zip(source[::2], source[1::2]))
     try:
-        out = subprocess.run([accel, "env", "--json", *source], capture_output=True, text=True, timeout=ENV_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ReproError(f"`accel env --json` failed: {e}") from None
-    if out.returncode != 0:
-        raise ReproError(f"`accel env --json` failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
-    doc: dict[str, Any] = json.loads(out.stdout)
+        text = _native.env_json(where.get("--root"), where.get("--sample"))
+    except _native.AccelError as e:
+        raise ReproError(f"the environment fingerprint failed: {e}") from None
+    doc: dict[str, Any] = json.loads(text)
     return doc
 
 
 def env_diff(accel: str, stored: dict[str, Any], here: dict[str, Any]) -> tuple[bool, str]:
-    """(same, text) from `accel env diff STORED HERE`."""
-    with tempfile.TemporaryDirectory(prefix="accel-lab-repro-") as tmp:
-        a, b = os.path.join(tmp, "run.json"), os.path.join(tmp, "here.json")
-        for path, doc in ((a, stored), (b, here)):
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(doc, f)
-        try:
-            out = subprocess.run([accel, "env", "diff", a, b], capture_output=True, text=True, timeout=ENV_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ReproError(f"`accel env diff` failed: {e}") from None
-    if out.returncode not in (0, 1):
-        raise ReproError(f"`accel env diff` failed: {out.stderr.strip()}")
-    return out.returncode == 0, out.stdout
+    """(same, text) as `accel env diff STORED HERE` gives them, computed in process."""
+    from .. import _native
+
+    try:
+        return _native.env_diff(json.dumps(stored), json.dumps(here))
+    except _native.AccelError as e:
+        raise ReproError(f"comparing the fingerprints failed: {e}") from None
 
 
 def check_command(check: Check, commit: str) -> str:
