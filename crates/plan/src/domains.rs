@@ -291,14 +291,14 @@ mod tests {
         // Clique A has 2 free devices of 8, clique B 8: a 2-device gang goes to A (best fit).
         let st = state(&[("a0", 4, "A"), ("a1", 4, "A"), ("b0", 4, "B"), ("b1", 4, "B")], &[("a0", 4), ("a1", 2)]);
         let mut request = Request::new(vec![Bundle::new(1), Bundle::new(1)]);
-        request.same = Some("nvlink_clique".into());
+        request.same = Some("clique".into());
         let none = BTreeSet::new();
         let p = decide(&st, &Ask::new(&request, &none)).unwrap().unwrap();
         assert!(p.placed.iter().all(|&(_, n, _, _)| n == 1), "{p:?}");
         // Three bundles of 3 in one clique of 4-device nodes: none holds them (each needs its
         // own node); the failure carries the request as tried, for the explanation.
         let mut request = Request::new(vec![Bundle::new(3); 3]);
-        request.same = Some("nvlink_clique".into());
+        request.same = Some("clique".into());
         let failed = decide(&st, &Ask::new(&request, &none)).unwrap().unwrap_err();
         assert_eq!(*failed.request, request);
         assert!(failed.partial.is_none_or(|p| p.placed < 3));

@@ -199,7 +199,7 @@ mod tests {
     use crate::state::testkit::state;
 
     fn groups(size: u32, replicas: Strategy) -> Groups {
-        Groups { size, same: "nvlink_clique".into(), replicas }
+        Groups { size, same: "clique".into(), replicas }
     }
 
     #[test]

@@ -101,9 +101,9 @@ mod tests {
         let old = [(0, 0xf), (1, 0xf)];
         let lost = BTreeSet::from([1]);
         let repair = ask(&st, 7, &request, &old, &lost).unwrap();
-        assert_eq!(repair.domain, Some(("nvlink_clique".to_owned(), "A".to_owned())));
+        assert_eq!(repair.domain, Some(("clique".to_owned(), "A".to_owned())));
         assert_eq!(repair.request.bundles.len(), 1);
-        assert_eq!(repair.request.select["nvlink_clique"], "A");
+        assert_eq!(repair.request.select["clique"], "A");
         assert_eq!(repair.exclude, BTreeSet::from([1]));
         let bad = BTreeSet::from([5]);
         assert!(matches!(ask(&st, 7, &request, &old, &bad), Err(PlanError::Request(m)) if m.contains("no bundle 5")));

@@ -326,7 +326,7 @@ impl Read for State {
 }
 
 /// Small states for the strategies' own tests: nodes of `gpus` devices each, every pair joined
-/// by a scale-up link, in NVLink clique `clique`.
+/// by a scale-up link, in the scale-up domain `clique`.
 #[cfg(test)]
 pub(crate) mod testkit {
     use accel_model::{Accelerator, Domain, DomainKind, HostInfo, Link, LinkKind, Machine, Vocabulary};
@@ -363,11 +363,11 @@ pub(crate) mod testkit {
         for a in 0..gpus {
             for b in a + 1..gpus {
                 let (a, b) = (format!("gpu{a}"), format!("gpu{b}"));
-                m.links.push(Link { a, b, kind: LinkKind::new("nvlink"), count: 1, gbps: Some(100.0) });
+                m.links.push(Link { a, b, kind: LinkKind::new("link"), count: 1, gbps: Some(100.0) });
             }
         }
         m.domains.push(Domain {
-            kind: DomainKind::new("nvlink_clique"),
+            kind: DomainKind::new("clique"),
             scale_up: true,
             name: clique.into(),
             source: "test".into(),
@@ -408,7 +408,7 @@ mod tests {
         let mut st = state(&[("a", 4, "A"), ("b", 4, "A")], &[("a", 1)]);
         let a = st.node_index("a").unwrap();
         assert_eq!(st.free(a).count_ones(), 3);
-        let clique = st.index().pair_id("nvlink_clique", "A").unwrap();
+        let clique = st.index().pair_id("clique", "A").unwrap();
         assert_eq!(st.index().pairs[clique].free, 7);
         st.set_free(a, 0);
         assert_eq!(st.index().pairs[clique].free, 4);
