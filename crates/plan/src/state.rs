@@ -163,8 +163,7 @@ impl State {
         }
     }
 
-    /// Adds one node (labels override the machine's own domains). Its machine's scale-up
-    /// domain kinds become bin-packing domains for the nodes added after it.
+    /// [`crate::Planner::add_node`].
     pub fn add_node(
         &mut self,
         name: &str,

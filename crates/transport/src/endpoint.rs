@@ -9,10 +9,11 @@ use crate::control::Control;
 use crate::error::{Error, Result};
 use crate::frame::Kind;
 use crate::identity::{host_id, process_alive, Identity};
+use crate::mapping::{MapCache, Mapping};
 use crate::metrics::Metrics;
 use crate::path::{Backend, Descriptor};
 use crate::relay::{self, Assignment, Digests, Fill, Peer, Verifier};
-use crate::shm::{sweep_orphans, Allocation, Arena, MapCache, Mapping, PoolStats};
+use crate::shm::{sweep_orphans, Allocation, Arena, PoolStats};
 use crate::tcp::{Client, Server};
 
 /// The pluggable backends of this build, each real: `cuda_ipc` with the `cuda-ipc` feature
