@@ -73,7 +73,7 @@ fn cluster(dir: &TempDir) -> PathBuf {
 }
 
 #[test]
-fn plan_prints_the_environment_from_the_plugins_own_isolate() {
+fn plan_prints_the_environment_from_the_nodes_own_plugin() {
     let dir = TempDir::new("external-plan");
     let cluster = cluster(&dir);
     let request = dir.path().join("request.json");
@@ -91,28 +91,39 @@ fn plan_prints_the_environment_from_the_plugins_own_isolate() {
     assert_eq!(bundle["env"]["ASCEND_RT_VISIBLE_DEVICES"], ids.join(","), "{placed}");
     assert_eq!(bundle["env"]["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"], "1", "{placed}");
     let human = stdout(accel(&args, Some(&example())));
-    assert!(human.contains(&format!("env: ASCEND_RT_VISIBLE_DEVICES={}", ids.join(","))), "{human}");
+    assert!(human.contains(&format!(" ASCEND_RT_VISIBLE_DEVICES={} ", ids.join(","))), "{human}");
 
-    // The plugin, not accel, decides the value: a copy whose `isolate` answers differently wins.
+    // The node's plugin, not the planning host's, decides the values: discovery stores each
+    // device's isolation value as the node's plugin gives it, and `accel plan` reads that (as
+    // the Ray path does), whatever plugin of that name this host has, or none, and without
+    // starting one.
     let other = TempDir::new("external-plan-plugin");
     let script = std::fs::read_to_string(example().join("accel-plugin-ascend")).unwrap();
-    let patched = script.replace(
-        "answer = {\"protocol\": PROTOCOL, \"env\": {VOCABULARY[\"visibility_env\"]: \",\".join(ids)}}",
-        "answer = {\"protocol\": PROTOCOL, \"env\": {VOCABULARY[\"visibility_env\"]: \";\".join(reversed(ids))}}",
-    );
+    let patched = script.replace("isolation=[str(logical)],", "isolation=[f\"npu-{logical}\"],");
     assert_ne!(patched, script, "the example's isolate line moved; update this test");
     let path = other.path().join("accel-plugin-ascend");
     std::fs::write(&path, patched).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let placed: serde_json::Value =
-        serde_json::from_str(&stdout(accel(&[&args[..], &["--json"]].concat(), Some(other.path())))).unwrap();
-    let reversed: Vec<String> = ids.iter().rev().cloned().collect();
-    assert_eq!(placed["bundles"][0]["env"]["ASCEND_RT_VISIBLE_DEVICES"], reversed.join(";"), "{placed}");
-
-    // Without the plugin on this host, the model's values stand in, and a warning says so.
-    let out = accel(&args, None);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("plugin ascend not found here"), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("ASCEND_RT_VISIBLE_DEVICES={}", ids.join(","))));
+    let m: serde_json::Value =
+        serde_json::from_str(&stdout(accel(&["discover", "--root", &capture(), "--json"], Some(other.path()))))
+            .unwrap();
+    let nodes = serde_json::json!({"nodes": [{"name": "atlas-0", "machine": m}]});
+    std::fs::write(&cluster, nodes.to_string()).unwrap();
+    let theirs: Vec<String> = ids.iter().map(|i| format!("npu-{i}")).collect();
+    for here in [Some(example()), None] {
+        let out = accel(&[&args[..], &["--json"]].concat(), here.as_deref());
+        let placed: serde_json::Value = serde_json::from_str(&stdout(out)).unwrap();
+        assert_eq!(placed["bundles"][0]["env"]["ASCEND_RT_VISIBLE_DEVICES"], theirs.join(","), "{placed}");
+    }
+    // Planning starts no plugin, so a broken one on this host changes nothing.
+    let broken = TempDir::new("external-plan-broken");
+    let path = broken.path().join("accel-plugin-ascend");
+    std::fs::write(&path, "#!/bin/sh\nexit 7\n").unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = accel(&[&args[..], &["--json"]].concat(), Some(broken.path()));
+    assert!(String::from_utf8_lossy(&out.stderr).is_empty(), "{out:?}");
+    let placed: serde_json::Value = serde_json::from_str(&stdout(out)).unwrap();
+    assert_eq!(placed["bundles"][0]["env"]["ASCEND_RT_VISIBLE_DEVICES"], theirs.join(","), "{placed}");
 }
 
 #[test]
