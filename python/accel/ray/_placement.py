@@ -36,18 +36,6 @@ KV_NAMESPACE = "accel"
 KV_PREFIX = "machine:"
 
 
-def _vocabulary(device: dict[str, Any]) -> dict[str, Any]:
-    vocabulary: dict[str, Any] = device.get("vocabulary") or {}
-    return vocabulary
-
-
-def ray_resource(device: dict[str, Any]) -> str | None:
-    """Ray's resource name for a device, as the plugin that discovered it names it (its
-    vocabulary's `ray_resource`); None when Ray has none for it."""
-    name = _vocabulary(device).get("ray_resource")
-    return str(name) if name else None
-
-
 def device_resource(vendor: str, index: int) -> str:
     """The per-device custom resource: `accel_dev_nvidia_3` (`accel_discover::labels`, the
     name `accel labels --format ray` gives)."""
