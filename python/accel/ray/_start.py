@@ -43,7 +43,7 @@ STOP_GRACE_S = 5.0
 LOG_TAIL_LINES = 20
 # The line the agent prints once it listens (crates/cli/src/agent.rs): proof that the process
 # answering is the one just started, not an older agent on the same port.
-AGENT_SERVING = "accel agent: serving http://"
+AGENT_SERVING = "accel agent: serving http"  # http:// or https://
 _PID_FILES = {"accel-sidecar": "accel.ray", "accel-agent": "agent"}  # pid file -> word its command line holds
 
 
