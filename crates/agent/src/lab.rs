@@ -13,8 +13,9 @@
 //!   [`FORM_DEADLINE`]) starts a session: a random 256-bit id (never derived from the token) in
 //!   an `HttpOnly; SameSite=Strict` cookie (`Secure` over TLS) that expires after the session
 //!   lifetime; `POST /lab/logout` revokes it, and a restart revokes them all. A cross-site
-//!   `Origin` or `Sec-Fetch-Site` is refused. The cookie reads pages only: the API and the
-//!   metrics still need the bearer header.
+//!   `Sec-Fetch-Site` (or, without it, `Origin`) is refused. The cookie reads pages only: the
+//!   API and the metrics still need the bearer header. The stylesheet (`lab.css`, no data) is
+//!   served to anyone, for the sign-in page.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -188,10 +189,12 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
 /// Whether a state-changing request comes from this origin: a cross-site `Sec-Fetch-Site` or an
 /// `Origin` naming another host is refused (a form posted from another site).
 fn same_origin(headers: &HeaderMap) -> bool {
-    if headers.get("sec-fetch-site").is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none") {
-        return false;
+    // A browser says where a request comes from in `Sec-Fetch-Site`; under the pages'
+    // `no-referrer` policy its `Origin` on a form post is `null`, so that one decides.
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site.as_bytes() == b"same-origin" || site.as_bytes() == b"none";
     }
-    let Some(origin) = headers.get(header::ORIGIN) else { return true };
+    let Some(origin) = headers.get(header::ORIGIN).filter(|o| o.as_bytes() != b"null") else { return true };
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     let origin = origin.to_str().unwrap_or("");
     let authority = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://"));
@@ -307,7 +310,9 @@ async fn page(AxState(state): AxState<Arc<State>>, req: Request) -> Response {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
-    if !may_read(&state, lab, req.headers()) {
+    // The stylesheet carries no data: the sign-in page needs it before anyone signs in.
+    let public = req.uri().path() == "/lab/lab.css";
+    if !public && !may_read(&state, lab, req.headers()) {
         let mut resp = login_page(StatusCode::UNAUTHORIZED, "");
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"accel lab\""));
         return resp;

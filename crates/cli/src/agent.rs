@@ -83,8 +83,8 @@ pub fn run(args: AgentArgs) -> Result<()> {
             usage(e.to_string());
         }
     }
-    if !(args.session_hours.is_finite() && (0.01..=720.0).contains(&args.session_hours)) {
-        usage(format!("--session-hours {} is not between 0.01 and 720", args.session_hours));
+    if !(args.session_hours.is_finite() && (0.001..=720.0).contains(&args.session_hours)) {
+        usage(format!("--session-hours {} is not between 0.001 and 720", args.session_hours));
     }
     if let Some(dir) = &args.lab_pages {
         if let Err(e) = accel_agent::lab::check_dir(dir) {

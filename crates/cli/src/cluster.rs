@@ -527,8 +527,8 @@ fn from_agent(url: &str, client: &AgentClient) -> Result<Found> {
 /// inline and their `accel.io/*` Ray labels as planner labels.
 fn from_ray(address: Option<&str>) -> Result<Vec<Found>> {
     let python = std::env::var("ACCEL_PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into());
-    let mut cmd = std::process::Command::new(&python);
-    cmd.args(["-m", "accel.ray", "cluster-json"]);
+    let mut cmd = crate::python::module(python.as_ref(), "accel.ray");
+    cmd.arg("cluster-json");
     if let Some(a) = address {
         cmd.args(["--address", a]);
     }

@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import AccelError, discover
 from .._plan import sample, samples
+from .._python import module_argv
 from ._agent import default_ray_temp_dir, install_grafana_dashboard
 from ._placement import _label_value, allow_unknown_health, node_spec, publish_machine
 
@@ -49,7 +50,7 @@ _PID_FILES = {"accel-sidecar": "accel.ray", "accel-agent": "agent"}  # pid file 
 
 def ray_cli() -> list[str]:
     """This interpreter's Ray command line (`ray ...`), whatever else is on PATH."""
-    return [sys.executable, "-m", "ray.scripts.scripts"]
+    return module_argv("ray.scripts.scripts")
 
 
 def ray_start_command(machine: dict[str, Any], name: str, ray_args: list[str]) -> list[str]:
@@ -116,7 +117,7 @@ def agent_commands(
         agent += ["--sample", sample]
     elif root:
         agent += ["--root", root]
-    sidecar = [sys.executable, "-m", "accel.ray", "sidecar", "--node-name", name, "--agent-url", _local_url(listen), "--address", address]
+    sidecar = [*module_argv("accel.ray"), "sidecar", "--node-name", name, "--agent-url", _local_url(listen), "--address", address]
     sidecar += ["--ready-file", os.path.join(state, "sidecar.ready")]
     if interval is not None:
         agent += ["--interval", f"{interval:g}"]
@@ -349,7 +350,9 @@ def _publish_lab(args: argparse.Namespace, name: str, accel_bin: str | None) -> 
             env = None
     if env is None:
         print("accel: warning: no `accel env --json` fingerprint for the lab (needs the accel binary: ACCEL_BIN or PATH)", file=sys.stderr)
-    publish_lab(name, args.lab, args.owner, env)
+    # Where discovery reads this node, so the lab takes device health before and after each check.
+    source = {"sample": args.sample} if args.sample else {"root": os.path.abspath(args.root)} if args.root else {}
+    publish_lab(name, args.lab, args.owner, env, source)
     print(f"accel: node {name} joined lab {args.lab!r}" + (f" (owner {args.owner})" if args.owner else ""), file=sys.stderr)
 
 
