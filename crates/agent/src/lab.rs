@@ -31,8 +31,6 @@ use axum::routing::get;
 use axum::Router;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-use crate::server::State;
-
 /// Largest page served.
 pub const MAX_PAGE: u64 = 16 << 20;
 /// Most path segments below `/lab/`.
@@ -57,13 +55,15 @@ pub struct LabPages {
     pub session_ttl: Duration,
 }
 
-/// The lab's serving state: the pages directory and the sessions.
+/// The lab's serving state: the pages directory, the agent's token and the sessions.
 #[derive(Debug)]
 pub struct Lab {
     pub dir: PathBuf,
     pub sessions: Sessions,
     /// Cookies get `Secure` (the agent serves TLS).
     pub secure: bool,
+    /// The agent's token (`None`: loopback without one, pages open).
+    pub token: Option<String>,
 }
 
 /// Sign-in sessions: random ids, each with its expiry.
@@ -135,14 +135,15 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The routes under `/lab`.
-pub fn routes() -> Router<Arc<State>> {
+/// The routes under `/lab`, with their own state (the agent's router holds them as any other).
+pub fn routes<S: Clone + Send + Sync + 'static>(lab: Arc<Lab>) -> Router<S> {
     Router::new()
         .route("/lab", get(|| async { redirect("/lab/") }))
         .route("/lab/login", get(login_form).post(login))
         .route("/lab/logout", axum::routing::post(logout))
         .route("/lab/", get(page))
         .route("/lab/{*path}", get(page))
+        .with_state(lab)
 }
 
 fn redirect(to: &'static str) -> Response {
@@ -210,9 +211,8 @@ fn form_token(body: &[u8]) -> Option<Vec<u8>> {
     })
 }
 
-async fn login(AxState(state): AxState<Arc<State>>, req: Request) -> Response {
-    let Some(lab) = &state.lab else { return StatusCode::NOT_FOUND.into_response() };
-    let Some(token) = &state.token else { return redirect("/lab/") };
+async fn login(AxState(lab): AxState<Arc<Lab>>, req: Request) -> Response {
+    let Some(token) = &lab.token else { return redirect("/lab/") };
     if !same_origin(req.headers()) {
         return login_page(StatusCode::FORBIDDEN, "<p>refused: a sign-in from another site</p>");
     }
@@ -237,8 +237,7 @@ async fn login(AxState(state): AxState<Arc<State>>, req: Request) -> Response {
     resp
 }
 
-async fn logout(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Response {
-    let Some(lab) = &state.lab else { return StatusCode::NOT_FOUND.into_response() };
+async fn logout(AxState(lab): AxState<Arc<Lab>>, headers: HeaderMap) -> Response {
     if !same_origin(&headers) {
         return login_page(StatusCode::FORBIDDEN, "<p>refused: a sign-out from another site</p>");
     }
@@ -254,8 +253,8 @@ async fn logout(AxState(state): AxState<Arc<State>>, headers: HeaderMap) -> Resp
 }
 
 /// Whether the request may read the pages.
-fn may_read(state: &State, lab: &Lab, headers: &HeaderMap) -> bool {
-    let Some(token) = &state.token else { return true };
+fn may_read(lab: &Lab, headers: &HeaderMap) -> bool {
+    let Some(token) = &lab.token else { return true };
     crate::auth::authorized(headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes), token)
         || session_cookie(headers).is_some_and(|id| lab.sessions.valid(id))
 }
@@ -305,14 +304,13 @@ pub fn read_page(dir: &Path, rel: &str) -> Option<Vec<u8>> {
     (bytes.len() as u64 <= MAX_PAGE).then_some(bytes)
 }
 
-async fn page(AxState(state): AxState<Arc<State>>, req: Request) -> Response {
-    let Some(lab) = &state.lab else { return StatusCode::NOT_FOUND.into_response() };
+async fn page(AxState(lab): AxState<Arc<Lab>>, req: Request) -> Response {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
     // The stylesheet carries no data: the sign-in page needs it before anyone signs in.
     let public = req.uri().path() == "/lab/lab.css";
-    if !public && !may_read(&state, lab, req.headers()) {
+    if !public && !may_read(&lab, req.headers()) {
         let mut resp = login_page(StatusCode::UNAUTHORIZED, "");
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"accel lab\""));
         return resp;

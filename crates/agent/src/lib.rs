@@ -104,10 +104,13 @@ pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), Error
         state.transport_dir = config.transport_dir;
         state.interval = config.interval;
         state.hosts = hosts;
-        state.lab = config.lab.map(|p| lab::Lab {
-            dir: p.dir,
-            sessions: lab::Sessions::new(p.session_ttl),
-            secure: tls.is_some(),
+        state.lab = config.lab.map(|p| {
+            Arc::new(lab::Lab {
+                dir: p.dir,
+                sessions: lab::Sessions::new(p.session_ttl),
+                secure: tls.is_some(),
+                token: state.token.clone(),
+            })
         });
         let state = Arc::new(state);
         let readers = Arc::new(config.readers);

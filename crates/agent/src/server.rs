@@ -40,7 +40,7 @@ pub struct State {
     /// Which `Host` a request may name.
     pub hosts: HostPolicy,
     /// The lab's pages (`--lab-pages`), served under `/lab/`.
-    pub lab: Option<crate::lab::Lab>,
+    pub lab: Option<Arc<crate::lab::Lab>>,
     pub latest: RwLock<Arc<Snapshot>>,
 }
 
@@ -116,7 +116,10 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/", get(|| async { asset("text/html; charset=utf-8", assets::INDEX_HTML) }))
         .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", assets::APP_JS) }))
         .route("/style.css", get(|| async { asset("text/css; charset=utf-8", assets::STYLE_CSS) }));
-    let page = if state.lab.is_some() { page.merge(crate::lab::routes()) } else { page };
+    let page = match &state.lab {
+        Some(lab) => page.merge(crate::lab::routes(lab.clone())),
+        None => page,
+    };
     api.merge(page)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), guard))

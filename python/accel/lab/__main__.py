@@ -11,6 +11,7 @@
     release NODE[/DEVICE] --db URL [--by WHO] [--pages DIR]
     bisect CHECK --good A --bad B --suite FILE --db URL [--repo DIR] [--node NODE] [--series S]
     grant-submit ROLE --db URL
+    log RESULT --db URL
 
 The pages are files; `accel agent --lab-pages DIR` serves them (docs/lab.md).
 
@@ -299,6 +300,15 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_log(args: argparse.Namespace) -> int:
+    with open_store(args.db) as store:
+        r = store.result(args.result)
+    if r is None:
+        return _error(f"no result {args.result!r} in the store")
+    sys.stdout.write(r["log"] if r["log"].endswith("\n") or not r["log"] else r["log"] + "\n")
+    return 0
+
+
 def _target(text: str) -> tuple[str, str | None]:
     node, sep, device = text.partition("/")
     if not node or (sep and not device):
@@ -444,6 +454,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
     b.add_argument("--pages", metavar="DIR", help="render the lab's pages into DIR afterwards")
     b.set_defaults(func=_cmd_bisect, suite_files=[], owners=None)
+    lg = sub.add_parser("log", help="print a result's stored log")
+    lg.add_argument("result", help="the result's id (the pages name it)")
+    lg.add_argument("--db", required=True)
+    lg.set_defaults(func=_cmd_log)
     gs = sub.add_parser("grant-submit", help="let a PostgreSQL role submit results and nothing else")
     gs.add_argument("role")
     gs.add_argument("--db", required=True, help="the store, as its owner")

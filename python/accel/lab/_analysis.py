@@ -641,7 +641,9 @@ def analyze(
     permutations: int = DEFAULT_PERMUTATIONS,
     quarantine: list[dict[str, Any]] | None = None,
 ) -> Report:
-    """Every detector over one list of results (and the quarantine entries in force)."""
+    """Every detector over one list of results (and the quarantine entries in force). A
+    bisect's steps are runs of past commits: they are its evidence, not the checks' state."""
+    results = [r for r in results if r.get("run_source") != "bisect"]
     return Report(
         flaky=flaky(results, owners),
         regressions=regressions(results, owners, direction=direction, alpha=alpha, permutations=permutations),

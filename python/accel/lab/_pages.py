@@ -14,7 +14,8 @@ over it, mode 0644 under 0755 directories, so the agent never serves half a page
   class and why; regressions (change points) and bisects; flaky checks; stale hardware; trends
   with each node's noise band; the matrix (family x SKU x suite);
 - `cell/<key>.html` a cell's history; `run/<id>.html` a run's results, fingerprints and the
-  reproduction commands; `result/<id>.html` one result with its evidence and log.
+  reproduction commands; `result/<id>.html` one result that did not pass (or passed on a
+  re-run) with its evidence and log.
 
 A finished run's pages are written once (`.rendered`, beside them, lists them); the rest each
 time."""
@@ -286,13 +287,15 @@ def run_page(store: Store, run: dict[str, Any], db_label: str) -> tuple[str, lis
     parts.append(_e(f"git checkout {shlex.quote(run['commit_sha'])}\naccel lab repro {shlex.quote(run_id)} --db {shlex.quote(db_label)}\n"))
     parts.append(_e(f"accel lab repro {shlex.quote(run_id)} --db {shlex.quote(db_label)} --on-node --suite SUITE.toml   # the same checks on the same nodes, through Ray\n"))
     parts.append("</pre>")
-    parts.append("<h2>Results</h2><table id=results><tr><th>check</th><th>case</th><th>node</th><th>SKU</th><th>verdict</th><th>class</th><th>attempt</th><th>duration</th><th>message</th><th>log</th></tr>")
+    parts.append("<h2>Results</h2><table id=results><tr><th>check</th><th>case</th><th>node</th><th>SKU</th><th>verdict</th><th>class</th><th>attempt</th><th>duration</th><th>series</th><th>message</th><th>log</th></tr>")
     for r in results:
         verdict = r["verdict"] + (" (flaky)" if r.get("flaky") else "")
+        series = json.dumps(r["series"], sort_keys=True) if r["series"] else ""
+        log = f"<a href='/lab/result/{_e(r['id'])}.html'>log</a>" if has_page(r) else f"<code>accel lab log {_e(r['id'])}</code>"
         parts.append(
             f"<tr><td>{_e(r['check_name'])}</td><td>{_e(r['case_name'])}</td><td>{_e(r['node'])}</td><td>{_e(r['sku'])}</td>"
             f"<td class={_e(r['verdict'])}>{_e(verdict)}</td><td class={_e(r.get('failure_class') or 'none')}>{_e(r.get('failure_class') or '')}</td><td>{r['attempt']}</td><td>{r['duration_s']:.2f} s</td>"
-            f"<td>{_e(r['message'][:300])}</td><td><a href='/lab/result/{_e(r['id'])}.html'>log</a></td></tr>"
+            f"<td>{_e(series)}</td><td>{_e(r['message'][:300])}</td><td>{log}</td></tr>"
         )
     parts.append("</table><h2>Environment fingerprints</h2>")
     for env_hash in sorted({r["env_hash"] for r in results if r["env_hash"]}):
@@ -300,6 +303,13 @@ def run_page(store: Store, run: dict[str, Any], db_label: str) -> tuple[str, lis
         doc = store.fingerprint(env_hash)
         parts.append(f"<h3>{_e(', '.join(nodes))}: {_e(env_hash[:16])}</h3><pre class=fingerprint>{_e(json.dumps(doc, indent=1, sort_keys=True) if doc else 'not stored')}</pre>")
     return _page(f"run {run_id[:12]}: {run['suite']} at {run['commit_sha']}", "".join(parts)), results
+
+
+def has_page(r: dict[str, Any]) -> bool:
+    """Whether a result gets a page of its own (its evidence and log): every result that did
+    not pass, or passed only on a re-run. A clean pass's log stays in the store (`accel lab
+    log RESULT`), so a store of millions of passes is not millions of files."""
+    return r["verdict"] != "pass" or bool(r.get("flaky"))
 
 
 def result_page(r: dict[str, Any]) -> str:
@@ -364,7 +374,8 @@ def render(
         text, rs = run_page(store, run, db_label)
         _write(out, f"run/{run['id']}.html", text)
         for r in rs:
-            _write(out, f"result/{r['id']}.html", result_page(r))
+            if has_page(r):
+                _write(out, f"result/{r['id']}.html", result_page(r))
         if run["state"] != "running":
             done.add(run["id"])
     _write(out, STATE_FILE, json.dumps(sorted(done)))

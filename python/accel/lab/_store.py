@@ -785,27 +785,28 @@ class Store:
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
         """Results in start order (oldest first), as dicts of `RESULT_COLUMNS` with `series`
-        decoded; logs only when asked (`with_logs`)."""
+        decoded, and their run's `run_source` (`ray`, `submit`, `repro`, `bisect`); logs only
+        when asked (`with_logs`)."""
         cols = [c for c in RESULT_COLUMNS if with_logs or c != "log"]
         where: list[str] = []
         params: list[Any] = []
         if run_id is not None:
-            where.append("run_id = ?")
+            where.append("r.run_id = ?")
             params.append(run_id)
         if suite is not None:
-            where.append("suite = ?")
+            where.append("r.suite = ?")
             params.append(suite)
         if since is not None:
-            where.append("started_at >= ?")
+            where.append("r.started_at >= ?")
             params.append(since)
-        sql = f"SELECT {', '.join(cols)} FROM results"
+        sql = f"SELECT {', '.join('r.' + c for c in cols)}, runs.source FROM results r JOIN runs ON runs.id = r.run_id"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY started_at, id"
+        sql += " ORDER BY r.started_at, r.id"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(int(limit))
-        return [_decode(dict(zip(cols, row))) for row in self._execute(sql, params)]
+        return [_decode(dict(zip([*cols, "run_source"], row))) for row in self._execute(sql, params)]
 
     def result(self, result_id: str) -> dict[str, Any] | None:
         """One result with its log, or None."""
@@ -814,13 +815,14 @@ class Store:
 
     def cells(self, since: float | None = None) -> list[tuple[str, str, str, str, str, int, float]]:
         """(suite, family, sku, run id, verdict, count, latest start) for every run of every
-        matrix cell (family x SKU x suite): what the page's matrix is made of."""
-        sql = "SELECT suite, family, sku, run_id, verdict, COUNT(*), MAX(started_at) FROM results"
+        matrix cell (family x SKU x suite): what the page's matrix is made of. A bisect's steps
+        (runs of past commits) are not."""
+        sql = "SELECT r.suite, r.family, r.sku, r.run_id, r.verdict, COUNT(*), MAX(r.started_at) FROM results r JOIN runs ON runs.id = r.run_id WHERE runs.source <> 'bisect'"
         params: list[Any] = []
         if since is not None:
-            sql += " WHERE started_at >= ?"
+            sql += " AND r.started_at >= ?"
             params.append(since)
-        sql += " GROUP BY suite, family, sku, run_id, verdict"
+        sql += " GROUP BY r.suite, r.family, r.sku, r.run_id, r.verdict"
         return [(str(a), str(b), str(c), str(d), str(e), int(f), float(g)) for a, b, c, d, e, f, g in self._execute(sql, params)]
 
     def cell_history(self, suite: str, family: str, sku: str, limit: int = 50) -> list[dict[str, Any]]:
