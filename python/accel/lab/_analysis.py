@@ -296,10 +296,13 @@ def regressions(
     permutations: int = DEFAULT_PERMUTATIONS,
     min_size: int = DEFAULT_MIN_SIZE,
     min_change: float = DEFAULT_MIN_CHANGE,
+    cache: dict[str, list[list[float]]] | None = None,
 ) -> list[Change]:
     """Significant changes in every benchmark series, regressions and improvements alike
     (`Change.regression` tells them apart); `direction(suite, check, series)` says which way
-    is good ("higher" or "lower"). Deterministic: each series seeds its own permutations."""
+    is good ("higher" or "lower"). Deterministic: each series seeds its own permutations, so
+    the change points of a series whose values did not change can come from `cache` (keyed by
+    a digest of the series and the test's settings; filled as they are found)."""
     per_commit: dict[tuple[str, str, str, str], dict[str, list[float]]] = defaultdict(dict)
     meta: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for r in sorted(results, key=lambda r: (r["started_at"], r["id"])):
@@ -315,8 +318,15 @@ def regressions(
         commits = list(commits_values)[-MAX_POINTS:]  # dicts keep insertion order: first run of each commit
         values = np.array([float(np.median(commits_values[c])) for c in commits])
         seed = int.from_bytes(hashlib.sha256("\0".join(key).encode()).digest()[:8], "little")
-        found: list[tuple[int, float]] = []
-        _segments(values, 0, len(values), 0, found, alpha=alpha, permutations=permutations, min_size=min_size, rng=np.random.default_rng(seed))
+        digest = hashlib.sha256(json.dumps([key, values.tolist(), alpha, permutations, min_size]).encode()).hexdigest()
+        found: list[tuple[int, float]]
+        if cache is not None and digest in cache:
+            found = [(int(c), float(p)) for c, p in cache[digest]]
+        else:
+            found = []
+            _segments(values, 0, len(values), 0, found, alpha=alpha, permutations=permutations, min_size=min_size, rng=np.random.default_rng(seed))
+            if cache is not None:
+                cache[digest] = [[c, p] for c, p in found]
         cuts = sorted(found)
         bounds = [0] + [c for c, _ in cuts] + [len(values)]
         last = meta[key]
@@ -640,13 +650,14 @@ def analyze(
     alpha: float = DEFAULT_ALPHA,
     permutations: int = DEFAULT_PERMUTATIONS,
     quarantine: list[dict[str, Any]] | None = None,
+    cache: dict[str, list[list[float]]] | None = None,
 ) -> Report:
     """Every detector over one list of results (and the quarantine entries in force). A
     bisect's steps are runs of past commits: they are its evidence, not the checks' state."""
     results = [r for r in results if r.get("run_source") != "bisect"]
     return Report(
         flaky=flaky(results, owners),
-        regressions=regressions(results, owners, direction=direction, alpha=alpha, permutations=permutations),
+        regressions=regressions(results, owners, direction=direction, alpha=alpha, permutations=permutations, cache=cache),
         failures=failures(results, owners),
         stale=stale(results, owners, now=now, days=stale_days),
         capacity=capacity(results, prices),

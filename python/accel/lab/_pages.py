@@ -17,8 +17,9 @@ over it, mode 0644 under 0755 directories, so the agent never serves half a page
   reproduction commands; `result/<id>.html` one result that did not pass (or passed on a
   re-run) with its evidence and log.
 
-A finished run's pages are written once (`.rendered`, beside them, lists them); the rest each
-time."""
+A finished run's pages are written once, a cell's page when the cell has a new run, and a
+benchmark series' change points are computed again only when its values changed (`.rendered`,
+beside the pages and never served, remembers all three); the index each time."""
 
 from __future__ import annotations
 
@@ -354,20 +355,34 @@ def render(
     os.makedirs(out, mode=0o755, exist_ok=True)
     since = now - window_days * 86400.0 if window_days else None
     results = store.results(since=since)
-    report = analyze(results, owners, now=now, stale_days=stale_days, direction=direction, quarantine=store.quarantined())
+    state_path = os.path.join(out, STATE_FILE)
+    try:
+        with open(state_path, encoding="utf-8") as f:
+            state = json.load(f)
+        done = set(state.get("runs", []))
+        known = dict(state.get("change_points", {}))
+        cells_seen = dict(state.get("cells", {}))
+    except (OSError, ValueError, RecursionError, AttributeError):
+        done, known, cells_seen = set(), {}, {}
+    cache: dict[str, list[list[float]]] = {}
+    report = analyze(results, owners, now=now, stale_days=stale_days, direction=direction, quarantine=store.quarantined(), cache=_Cache(known, cache))
     _write(out, "lab.css", CSS)
     body = f"<p class=muted id=analysis-at>{_e(db_label)} as of {_e(_when(now))}</p>"
     body += _quarantine(report) + _tickets(report) + _classes(report) + _failures(report)
     body += _regressions(report, store.bisects()) + _flaky_and_stale(report) + _trends(report) + _matrix(store)
     _write(out, "index.html", _page("accel lab", body))
-    for suite, family, sku in {(c[0], c[1], c[2]) for c in store.cells()}:
-        _write(out, f"cell/{cell_key(suite, family, sku)}.html", cell_page(store, suite, family, sku))
-    state_path = os.path.join(out, STATE_FILE)
-    try:
-        with open(state_path, encoding="utf-8") as f:
-            done = set(json.load(f))
-    except (OSError, ValueError, RecursionError):
-        done = set()
+    latest: dict[str, str] = {}
+    for suite, family, sku, run_id, _, _, at in store.cells():
+        key = cell_key(suite, family, sku)
+        mark = f"{at:.6f} {run_id}"
+        if mark > latest.get(key, ""):
+            latest[key] = mark
+        latest.setdefault(f"name:{key}", json.dumps([suite, family, sku]))
+    for key, mark in latest.items():
+        if key.startswith("name:") or cells_seen.get(key) == mark:
+            continue  # a cell whose latest run did not change keeps its page
+        suite, family, sku = json.loads(latest[f"name:{key}"])
+        _write(out, f"cell/{key}.html", cell_page(store, suite, family, sku))
     for run in store.runs(limit=10_000):
         if run["id"] in done:
             continue
@@ -378,5 +393,27 @@ def render(
                 _write(out, f"result/{r['id']}.html", result_page(r))
         if run["state"] != "running":
             done.add(run["id"])
-    _write(out, STATE_FILE, json.dumps(sorted(done)))
+    cells_now = {k: v for k, v in latest.items() if not k.startswith("name:")}
+    _write(out, STATE_FILE, json.dumps({"runs": sorted(done), "change_points": cache, "cells": cells_now}))
     return report
+
+
+class _Cache(dict):  # type: ignore[type-arg]
+    """The change points of series whose values did not change since the last render (`known`,
+    from the state file), read through; what this render used lands in `used`, so the state
+    file keeps only live series."""
+
+    def __init__(self, known: dict[str, list[list[float]]], used: dict[str, list[list[float]]]):
+        super().__init__()
+        self.known, self.used = known, used
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.known or key in self.used
+
+    def __getitem__(self, key: str) -> list[list[float]]:
+        value = self.used[key] if key in self.used else self.known[key]
+        self.used[key] = value
+        return value
+
+    def __setitem__(self, key: str, value: list[list[float]]) -> None:
+        self.used[key] = value
