@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import os
 import pathlib
 import shutil
 import ssl
@@ -67,14 +68,28 @@ class Agent:
             conn.close()
 
     def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        stop(self.proc)
         assert self.proc.stderr is not None
         return self.proc.stderr.read()
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def token_file(tmp: pathlib.Path) -> tuple[str, pathlib.Path]:
+    """A random token in `tmp/token`, mode 0600 (as the agent wants it)."""
+    secret = "tok-" + os.urandom(16).hex()
+    path = tmp / "token"
+    path.write_text(secret + "\n")
+    path.chmod(0o600)
+    return secret, path
 
 
 async def browse(base: str, visit: Callable[[Any, Callable[[str], Awaitable[None]]], Awaitable[dict[str, Any]]]) -> dict[str, Any]:

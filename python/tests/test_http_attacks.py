@@ -8,7 +8,6 @@ the suite can fail."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import resource
 import subprocess
@@ -21,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from http_attacks import ATTACKS, Target
-from labsite import ACCEL_BIN
+from labsite import ACCEL_BIN, stop, token_file
 from tlsfiles import tls_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -33,14 +32,6 @@ AUDIT_FINDINGS = ("trickling_heads", "idle_flood", "oversized_body", "nested_bod
 
 def _low_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-
-def _token(tmp: pathlib.Path) -> tuple[str, pathlib.Path]:
-    secret = "tok-" + os.urandom(16).hex()
-    path = tmp / "token"
-    path.write_text(secret + "\n")
-    path.chmod(0o600)
-    return secret, path
 
 
 def _pages(tmp: pathlib.Path) -> pathlib.Path:
@@ -65,15 +56,6 @@ def _agent(tmp: pathlib.Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(line.strip().rstrip("/").rsplit(":", 1)[1])
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module", params=["agent-token", "agent-tls", "agent-open"])
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     tmp = tmp_path_factory.mktemp(request.param)
@@ -81,7 +63,7 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         proc, port = _agent(tmp)
         t = Target(request.param, port, proc.pid, page="/lab/", login=None, write="/v1/submit")
     else:
-        secret, token = _token(tmp)
+        secret, token = token_file(tmp)
         if request.param == "agent-tls":
             ca, cert, key = tls_files(tmp / "tls")
             proc, port = _agent(tmp, "--token-file", str(token), "--tls-cert", str(cert), "--tls-key", str(key))
@@ -95,7 +77,7 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     try:
         yield t
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
@@ -116,7 +98,7 @@ def test_the_api_holds_too(target: Target) -> None:
 def test_plain_http_to_the_tls_port_reads_nothing(tmp_path: pathlib.Path) -> None:
     from http_attacks import exchange
 
-    secret, token = _token(tmp_path)
+    secret, token = token_file(tmp_path)
     ca, cert, key = tls_files(tmp_path / "tls")
     proc, port = _agent(tmp_path, "--token-file", str(token), "--tls-cert", str(cert), "--tls-key", str(key))
     try:
@@ -124,7 +106,7 @@ def test_plain_http_to_the_tls_port_reads_nothing(tmp_path: pathlib.Path) -> Non
         code, _, body = exchange(plain, f"GET /lab/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {secret}\r\n\r\n".encode(), timeout=6)
         assert code == 0 and b"matrix" not in body
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 # -- the old server ---------------------------------------------------------------------------
@@ -141,7 +123,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(tmp, filter="data")
     (tmp / "python" / "accel" / "lab").rename(tmp / "oldlab")
-    secret, token = _token(tmp)
+    secret, token = token_file(tmp)
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from oldlab._serve import make_server, serve\n"

@@ -12,13 +12,10 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import os
 import pathlib
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -28,7 +25,7 @@ import numpy as np
 import pytest
 
 from accel.lab import RESULTS_SCHEMA, fingerprint_hash, open_store
-from labsite import Agent, browse, sign_in
+from labsite import Agent, browse, sign_in, token_file
 from test_lab_store import fresh_pg_database, postgres  # noqa: F401 (the server fixture)
 
 aiohttp = pytest.importorskip("aiohttp")
@@ -185,19 +182,11 @@ def test_the_host_header_must_name_the_agent(served: Served, host: str | None, c
     assert served.request("GET", "/lab/", host=host)[0] == code
 
 
-def _token_file(tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
-    secret = "tok-" + os.urandom(16).hex()
-    token = tmp_path / "token"
-    token.write_text(secret + "\n")
-    token.chmod(0o600)
-    return secret, token
-
-
 def test_with_a_token_a_page_takes_the_bearer_or_a_session_that_expires_and_is_revoked(tmp_path: pathlib.Path) -> None:
     db = str(tmp_path / "lab.db")
     populate(db)
     out = pages(tmp_path, db)
-    secret, token = _token_file(tmp_path)
+    secret, token = token_file(tmp_path)
     agent = Agent(out, token_file=token, extra=("--session-hours", "0.001"))  # 3.6 s
     seen: list[bytes] = []
     try:
@@ -240,7 +229,7 @@ def test_the_page_in_chromium(tmp_path: pathlib.Path) -> None:
     db = str(tmp_path / "lab.db")
     populate(db)
     out = pages(tmp_path, db)
-    secret, token = _token_file(tmp_path)
+    secret, token = token_file(tmp_path)
     agent = Agent(out, token_file=token)
     screenshot = tmp_path / "lab.png"
 
