@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Benchmark of the lab (docs/BENCHMARKS.md, "Lab"): ingest, the page, dispatch overhead.
+"""Benchmark of the lab (docs/BENCHMARKS.md, "Lab"): ingest, the pages, dispatch overhead.
 
 1. Ingest: RUNS runs of RESULTS results each (one results document per run, as `submit` and
    `accel lab run` store them: one transaction each), into SQLite (a file, WAL) and into
    PostgreSQL (a server this script starts with initdb + pg_ctl in target/bench-lab/, loopback,
    fsync on, removed after; or --pg URL). Reported: seconds in all, results per second.
-2. The matrix page (`GET /`) served by `accel lab serve`'s server from each store after that
-   ingest: REQUESTS sequential requests over keep-alive-less connections after one warm-up;
-   p50/p95/max in ms. The goal is < 200 ms.
+2. The pages: `accel lab pages`'s render of each store after that ingest, cold (every run's
+   page, the index with its analysis, every cell) and again after one more run (what a render
+   after each ingest costs); then the index (`GET /lab/`) served by the node agent
+   (`accel agent --lab-pages`, the binary of `ACCEL_BIN`, default target/release/accel):
+   REQUESTS sequential requests on new connections after one warm-up; p50/p95/max in ms. The
+   goal is < 200 ms.
 3. Dispatch overhead: CHECKS checks of `true` through `accel lab run`'s dispatcher on a local
    `ray.cluster_utils.Cluster` with one lab node, against the same commands run directly with
    subprocess, in the same run; per check in ms, and the ratio.
@@ -28,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -114,24 +116,32 @@ def bench_ingest(url: str, docs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"seconds": round(secs, 2), "results": n, "results_per_s": round(n / secs)}
 
 
-def bench_page(url: str, requests: int) -> dict[str, Any]:
+def bench_pages(url: str, requests: int, extra: dict[str, Any]) -> dict[str, Any]:
     from accel.lab import open_store
-    from accel.lab._serve import make_server
+    from accel.lab._pages import render
 
-    with open_store(url) as store:
-        t = time.perf_counter()
-        srv, _ = make_server(store, "bench", listen="127.0.0.1:0", window_days=0)
-        analysis_s = time.perf_counter() - t
-        thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-        thread.start()
-        port = srv.server_address[1]
+    out_dir = tempfile.mkdtemp(prefix="bench-lab-pages-", dir=os.path.join(REPO, "target"))
+    try:
+        with open_store(url) as store:
+            start = time.perf_counter()
+            render(store, out_dir, db_label="bench", window_days=0)
+            cold_s = time.perf_counter() - start
+            store.ingest(extra)
+            start = time.perf_counter()
+            render(store, out_dir, db_label="bench", window_days=0)
+            warm_s = time.perf_counter() - start
+        files = sum(len(f) for _, _, f in os.walk(out_dir))
+        binary = os.environ.get("ACCEL_BIN") or os.path.join(REPO, "target", "release", "accel")
+        agent = subprocess.Popen([binary, "agent", "--sample", "mi300x", "--listen", "127.0.0.1:0", "--interval", "60", "--lab-pages", out_dir], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert agent.stderr is not None
+        port = int(agent.stderr.readline().strip().rstrip("/").rsplit(":", 1)[1])
         times = []
         size = 0
         try:
             for i in range(requests + 1):
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
                 start = time.perf_counter()
-                conn.request("GET", "/", headers={"Host": "127.0.0.1"})
+                conn.request("GET", "/lab/", headers={"Host": "127.0.0.1"})
                 r = conn.getresponse()
                 body = r.read()
                 elapsed = time.perf_counter() - start
@@ -141,15 +151,19 @@ def bench_page(url: str, requests: int) -> dict[str, Any]:
                 if i:
                     times.append(elapsed * 1000)
         finally:
-            srv.shutdown()
-            srv.server_close()
+            agent.terminate()
+            agent.wait(timeout=10)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
     times.sort()
     return {
-        "p50_ms": round(statistics.median(times), 1),
-        "p95_ms": round(times[int(len(times) * 0.95) - 1], 1),
-        "max_ms": round(times[-1], 1),
+        "render_cold_s": round(cold_s, 2),
+        "render_after_one_run_s": round(warm_s, 2),
+        "files": files,
+        "p50_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[int(len(times) * 0.95) - 1], 2),
+        "max_ms": round(times[-1], 2),
         "bytes": size,
-        "analysis_s": round(analysis_s, 2),
     }
 
 
@@ -217,8 +231,10 @@ def main() -> int:
         pg_url = args.pg or (pg.url if pg else "")
         out["ingest_sqlite"] = bench_ingest(sqlite_url, docs)
         out["ingest_postgresql"] = bench_ingest(pg_url, docs)
-        out["page_sqlite"] = bench_page(sqlite_url, args.requests)
-        out["page_postgresql"] = bench_page(pg_url, args.requests)
+        more = documents(args.runs + 1, args.results)[-1]
+        out["pages_sqlite"] = bench_pages(sqlite_url, args.requests, more)
+        more = documents(args.runs + 2, args.results)[-1]
+        out["pages_postgresql"] = bench_pages(pg_url, args.requests, more)
     finally:
         if pg:
             pg.close()

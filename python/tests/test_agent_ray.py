@@ -110,3 +110,32 @@ def test_transport_metrics_of_a_live_process_reach_the_agent(accel_bin, tmp_path
     assert f'accel_weight_sync_last_seconds{{pid="{os.getpid()}",role="receive",phase="pause"}}' in text
     assert "999999999" not in text, "a dead process's file is skipped"
     assert text.count("# TYPE accel_transport_transfers_total counter") == 1
+
+
+def test_a_network_agent_gets_tls_and_its_sidecar_reads_it_over_tls(accel_bin, tmp_path):
+    """Beyond loopback the agent needs TLS: `--agent-tls-cert/--agent-tls-key` reach it, and its
+    sidecar reads `https://127.0.0.1:PORT` trusting exactly the agent's certificate; the
+    Prometheus entry says https."""
+    import subprocess
+
+    from tlsfiles import tls_files
+
+    agent, sidecar = agent_commands("n0", head=True, accel_bin="accel", listen="0.0.0.0:9477", token_file="/t", tls_cert="/c.pem", tls_key="/k.pem", session_dir="/s")
+    assert agent[agent.index("--tls-cert") + 1] == "/c.pem" and agent[agent.index("--tls-key") + 1] == "/k.pem"
+    assert sidecar[sidecar.index("--agent-url") + 1] == "https://127.0.0.1:9477" and sidecar[sidecar.index("--agent-cert") + 1] == "/c.pem"
+    [group, _] = _agent.prometheus_file_sd({"nodes": [{"name": "a", "agent_url": "https://0.0.0.0:9477", "address": "10.0.0.5"}]})
+    assert group["labels"]["__scheme__"] == "https" and group["targets"] == ["10.0.0.5:9477"]
+    _, cert, key = tls_files(tmp_path / "tls")
+    token = tmp_path / "token"
+    token.write_text("tls-token-0123456789abcdef\n")
+    token.chmod(0o600)
+    proc = subprocess.Popen([str(accel_bin), "agent", "--sample", "gb200-nvl72-tray", "--node-name", "n0", "--listen", "127.0.0.1:0", "--token-file", str(token), "--tls-cert", str(cert), "--tls-key", str(key)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("accel agent: serving https://"), line
+        url = line.strip().split("serving ", 1)[1].rstrip("/")
+        doc = _agent.fetch_readings(url, "tls-token-0123456789abcdef", context=_agent.agent_context(str(cert)))
+        assert doc["node"] == "n0" and doc["readings"]["devices"], "the recorded readings, read over TLS"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -81,14 +81,14 @@ def test_repro_names_what_differs_and_its_commands_reproduce_the_failure(accel_b
     text = out.stdout
     assert f"run {run_id}: suite nightly 4 at commit c42" in text
     assert "-> this machine: differs" in text and "accel.version: 0.0.1-old ->" in text
-    assert "git checkout c42" in text and "# bad (fail on n1)" in text and "# ok" not in text
+    assert "git checkout c42" in text and "# bad (fail on 'n1')" in text and "# ok" not in text
     [command] = [line for line in text.splitlines() if line.startswith("d=$(mktemp -d)")]
     ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert "exit status 3;" in ran.stdout
     out_dir = ran.stdout.strip().split("results in ")[1]
     assert pathlib.Path(out_dir, "marker").read_text() == "c42 strict mode"
     every = _repro(accel_bin, run_id, "--db", db, "--sample", "dgx-h100", "--all")
-    assert "# ok (pass on n1)" in every.stdout
+    assert "# ok (pass on 'n1')" in every.stdout
 
 
 def test_the_same_environment_is_said_to_be_the_same(accel_bin: pathlib.Path, tmp_path: pathlib.Path) -> None:

@@ -283,7 +283,7 @@ def test_repro_on_node_runs_the_failures_again_where_they_failed(cluster: dict[s
         first = run_suite(suite, store, commit="c5")
     assert first.counts == {"pass": 3, "fail": 1}
     address = ray.get_runtime_context().gcs_address
-    out = subprocess.run([PY, "-m", "accel.lab", "repro", first.run_id, "--db", db, "--on-node", "--address", address], capture_output=True, text=True, timeout=180)
+    out = subprocess.run([PY, "-m", "accel.lab", "repro", first.run_id, "--db", db, "--on-node", "--suite", str(tmp_path / "s.toml"), "--address", address], capture_output=True, text=True, timeout=180)
     assert out.returncode == 1, out.stderr  # it still fails there
     assert out.stdout.count("repro run ") == 1 and "1 fail" in out.stdout
     with open_store(db) as store:

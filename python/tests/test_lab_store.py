@@ -1,9 +1,11 @@
 """The lab's results store, on SQLite and on a real PostgreSQL server this module starts
 (`initdb` + `pg_ctl` in the test's own temp directory: loopback on a random port, the unix
-socket beside the data, stopped at the end; as the `postgres` user when the tests run as
-root, since PostgreSQL refuses root). Both backends: the numbered migrations, a document
-round trip with every recorded field, bounded logs, fingerprints stored once, bad documents
-refused whole (nothing written), duplicate runs refused, and no password in any message.
+socket beside the data, TLS from a test CA, stopped at the end; as the `postgres` user when
+the tests run as root, since PostgreSQL refuses root). Both backends: the numbered migrations,
+a document round trip with every recorded field, bounded logs, fingerprints stored once, bad
+documents refused whole (nothing written), duplicate runs refused, no password on the command
+line or in any message, and a submit-only role that can store a document over verified TLS
+and is refused by the database when it reads another table or changes a row.
 
 `postgres` (the server's URL) is imported by the other lab tests."""
 
@@ -24,9 +26,12 @@ from typing import Any
 import pytest
 
 from accel.lab import RESULTS_SCHEMA, DocumentError, StoreError, fingerprint_hash, open_store
-from accel.lab._store import MAX_LOG_BYTES, MIGRATIONS
+from accel.lab._store import MAX_LOG_BYTES, MIGRATIONS, display_url
+from tlsfiles import tls_files
 
 PG_TIMEOUT_S = 60
+SUBMIT_ROLE = "lab_submit"
+PG_CA: list[pathlib.Path] = []  # the test server's CA certificate, once it runs
 
 
 def _pg_bindir() -> pathlib.Path:
@@ -76,7 +81,19 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         capture_output=True,
         timeout=PG_TIMEOUT_S,
     )
-    opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    # TLS from a test CA, and the submit role (test_a_submit_only_role_...) allowed in only over
+    # TLS with its password (SCRAM); everyone else keeps the trust of a test server.
+    ca, cert, key = tls_files(base / "tls")
+    PG_CA[:] = [ca]
+    if prefix:
+        for f in (base / "tls", cert, key):
+            shutil.chown(f, "postgres", "postgres")
+    hba = data / "pg_hba.conf"
+    hba.write_text(f"hostssl all {SUBMIT_ROLE} 127.0.0.1/32 scram-sha-256\nhost all {SUBMIT_ROLE} 127.0.0.1/32 reject\n" + hba.read_text())
+    opts = (
+        f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        f" -c ssl=on -c ssl_cert_file={cert} -c ssl_key_file={key}"
+    )
     ctl = [*prefix, str(bindir / "pg_ctl"), "-D", str(data)]
     subprocess.run([*ctl, "-l", str(base / "server.log"), "-o", opts, "-w", "-t", str(PG_TIMEOUT_S), "start"], check=True, capture_output=True, timeout=PG_TIMEOUT_S + 10)
     try:
@@ -289,14 +306,92 @@ def test_sqlite_urls_and_wal(tmp_path: pathlib.Path) -> None:
         open_store(tmp_path / "junk.db")
 
 
-def test_no_message_holds_the_password(postgres: str) -> None:
-    port = postgres.rsplit(":", 1)[1].split("/")[0]
+@pytest.mark.parametrize(
+    "form",
+    ["postgresql://someone:{pw}@127.0.0.1:{port}/lab", "postgresql://someone@127.0.0.1:{port}/lab?password={pw}", "postgresql://someone@127.0.0.1:{port}/lab?sslpassword={pw}&sslmode=disable", "postgresql://someone:pa#{pw}@127.0.0.1:{port}/lab"],
+)
+def test_a_password_on_the_command_line_is_refused_and_never_shown(form: str) -> None:
+    """The audit: `?password=` (or `sslpassword`, or an unencoded `#`) was shown on the page and
+    in errors. A URL with a password anywhere is refused before connecting, and nothing of it
+    but `scheme://user@host:port/db` is shown."""
     secret = "pw-" + uuid.uuid4().hex
-    url = f"postgresql://someone:{secret}@127.0.0.1:{port}/no_such_db"
+    url = form.format(pw=secret, port=_free_port())
     with pytest.raises(StoreError) as err:
         open_store(url)
-    assert secret not in str(err.value) and "***" in str(err.value)
-    closed = f"postgresql://u:{secret}@127.0.0.1:{_free_port()}/x"
+    assert secret not in str(err.value)
+    assert "~/.pgpass" in str(err.value) or "'#'" in str(err.value), err.value
+    if "#" not in form:
+        assert str(err.value).startswith("postgresql://someone@127.0.0.1:"), err.value
+
+
+def test_urls_are_shown_as_scheme_user_host_port_db() -> None:
+    assert display_url("postgresql://lab@db.example.org/lab?sslmode=verify-full&sslrootcert=/ca.pem") == "postgresql://lab@db.example.org:5432/lab"
+    assert display_url("postgres://[::1]:6000/x") == "postgresql://[::1]:6000/x"
+    assert display_url("sqlite:///srv/lab.db") == "/srv/lab.db"
+
+
+def test_a_server_beyond_loopback_needs_its_certificate_verified() -> None:
+    with pytest.raises(StoreError, match="refusing sslmode=require beyond loopback"):
+        open_store("postgresql://lab@192.0.2.7/lab?sslmode=require")
+
+
+def test_no_message_holds_the_server_error_password(postgres: str) -> None:
+    closed = f"postgresql://u@127.0.0.1:{_free_port()}/x"
     with pytest.raises(StoreError) as err:
         open_store(closed)
-    assert secret not in str(err.value) and "cannot connect" in str(err.value)
+    assert "cannot connect to postgresql://u@127.0.0.1:" in str(err.value)
+
+
+def test_a_submit_only_role_submits_over_tls_and_the_database_refuses_it_the_rest(postgres: str, tmp_path: pathlib.Path) -> None:
+    import json as _json
+    import subprocess as sp
+    import sys
+
+    import psycopg
+
+    url = fresh_pg_database(postgres)
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    db = url.rsplit("/", 1)[1]
+    password = "pw-" + uuid.uuid4().hex
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (SUBMIT_ROLE,)).fetchone():
+            conn.execute(f"CREATE ROLE {SUBMIT_ROLE} LOGIN")
+        conn.execute(f"ALTER ROLE {SUBMIT_ROLE} PASSWORD '{password}'")
+    with open_store(url) as store:
+        store.ingest(document(2))
+        store.grant_submit(SUBMIT_ROLE)
+        store.quarantine("node-a", "", "test", "owner@example.org")
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"127.0.0.1:{port}:{db}:{SUBMIT_ROLE}:{password}\n")
+    pgpass.chmod(0o600)
+    [ca] = PG_CA
+    submit_url = f"postgresql://{SUBMIT_ROLE}@127.0.0.1:{port}/{db}"
+    doc = tmp_path / "results.json"
+    doc.write_text(_json.dumps(document(3)))
+    env = {**os.environ, "PGPASSFILE": str(pgpass)}
+    ok = sp.run([sys.executable, "-m", "accel.lab", "submit", str(doc), "--db", submit_url, "--ca-file", str(ca)], capture_output=True, text=True, timeout=60, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "stored run" in ok.stdout and password not in ok.stdout + ok.stderr
+    # The same run again: the database's key refuses it, without the role reading anything.
+    again = sp.run([sys.executable, "-m", "accel.lab", "submit", str(doc), "--db", submit_url, "--ca-file", str(ca)], capture_output=True, text=True, timeout=60, env=env)
+    assert again.returncode == 2 and "already stored" in again.stderr, again.stderr
+    # Without TLS the server refuses the role (pg_hba), as it does a wrong CA.
+    plain = sp.run([sys.executable, "-m", "accel.lab", "submit", str(doc), "--db", submit_url + "?sslmode=disable"], capture_output=True, text=True, timeout=60, env=env)
+    assert plain.returncode == 2 and "cannot connect" in plain.stderr and password not in plain.stderr
+    with open_store(url) as store:
+        assert store.count("runs") == 2 and store.count("results") == 5
+    # What the role may not do, the database refuses.
+    with psycopg.connect(submit_url, passfile=str(pgpass), sslmode="verify-full", sslrootcert=str(ca), autocommit=True) as conn:
+        for statement in (
+            "SELECT * FROM results",
+            "SELECT id FROM runs",
+            "SELECT * FROM fingerprints",
+            "SELECT * FROM quarantine",
+            "UPDATE runs SET state = 'failed'",
+            "UPDATE results SET verdict = 'pass'",
+            "DELETE FROM results",
+            "INSERT INTO quarantine (id, node, reason, since) VALUES ('x', 'n', 'r', 0)",
+            "DROP TABLE results",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)

@@ -1,7 +1,7 @@
 //! Who may read the agent: anyone on loopback without a token; with a token, only requests
 //! carrying `Authorization: Bearer <token>` (compared in constant time). A listener reachable
-//! from the network without a token is refused before it binds, a token file others could read
-//! is refused, and every request must name the agent in its `Host` ([`HostPolicy`]), so a web
+//! from the network without a token and TLS is refused before it binds, a token or key file
+//! others could read is refused, and every request must name the agent in its `Host` ([`HostPolicy`]), so a web
 //! page cannot reach a loopback agent through DNS rebinding.
 
 use std::io::Read;
@@ -17,16 +17,28 @@ pub enum AuthError {
          pass --token-file FILE (a file holding a random secret), or listen on 127.0.0.1"
     )]
     NetworkWithoutToken(SocketAddr),
+    #[error(
+        "refusing to listen on {0} without TLS: a token sent in the clear can be read on the network; \
+         pass --tls-cert FILE --tls-key FILE, or listen on 127.0.0.1"
+    )]
+    NetworkWithoutTls(SocketAddr),
     #[error("token file {0}: {1}")]
     TokenFile(String, String),
     #[error("--allow-host {0:?}: {1}")]
     AllowHost(String, &'static str),
 }
 
-/// Checks the listener against the token: loopback needs none, anything else needs one.
-pub fn check_listener(addr: SocketAddr, token: Option<&str>) -> Result<(), AuthError> {
-    if token.is_none() && !addr.ip().is_loopback() {
+/// Checks the listener: loopback needs nothing; any other address needs a token and TLS, so a
+/// token never crosses the network in the clear.
+pub fn check_listener(addr: SocketAddr, token: Option<&str>, tls: bool) -> Result<(), AuthError> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    if token.is_none() {
         return Err(AuthError::NetworkWithoutToken(addr));
+    }
+    if !tls {
+        return Err(AuthError::NetworkWithoutTls(addr));
     }
     Ok(())
 }
@@ -34,35 +46,44 @@ pub fn check_listener(addr: SocketAddr, token: Option<&str>) -> Result<(), AuthE
 /// Largest token file read (the token is its first line).
 const MAX_TOKEN_FILE: u64 = 4096;
 
-/// Reads a token file: its first line, trimmed; at least 16 bytes. The file must belong to this
-/// process's user and be unreadable by group and others (`chmod 600`): a secret others can read
-/// guards nothing. The checks look at the opened file, so a swap between check and read is moot.
+/// Reads a secret file (a token, a TLS key): at most `max` bytes. The file must be a regular file
+/// belonging to this process's user and unreadable by group and others (`chmod 600`): a secret
+/// others can read guards nothing. The checks look at the opened file, so a swap between check
+/// and read is moot. The error names no content.
+pub fn read_private(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!("owned by uid {}, not by this process's user (uid {me})", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "readable or writable by group or others (mode {:04o}); run `chmod 600 {}`",
+            meta.mode() & 0o7777,
+            path.display()
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// Reads a token file (under [`read_private`]'s rules): its first line, trimmed; at least 16
+/// printable ASCII characters without spaces.
 pub fn read_token(path: &Path) -> Result<String, AuthError> {
     let err = |m: String| AuthError::TokenFile(path.display().to_string(), m);
-    let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| err(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(err("not a regular file".into()));
-    }
-    let mut text = String::new();
-    file.take(MAX_TOKEN_FILE).read_to_string(&mut text).map_err(|e| err(e.to_string()))?;
+    let bytes = read_private(path, MAX_TOKEN_FILE).map_err(err)?;
+    let text = String::from_utf8_lossy(&bytes);
     let token = text.lines().next().unwrap_or("").trim().to_owned();
     if token.len() < 16 {
         return Err(err("the token must be at least 16 characters".into()));
     }
     if token.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
         return Err(err("the token must be printable ASCII without spaces".into()));
-    }
-    let me = rustix::process::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(err(format!("owned by uid {}, not by this process's user (uid {me})", meta.uid())));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(err(format!(
-            "readable or writable by group or others (mode {:04o}); run `chmod 600 {}`",
-            meta.mode() & 0o7777,
-            path.display()
-        )));
     }
     Ok(token)
 }
@@ -170,10 +191,16 @@ pub fn allow_host(value: &str) -> Result<Allowed, AuthError> {
     Ok(Allowed::Name(value.to_ascii_lowercase()))
 }
 
-/// Whether an `Authorization` header value carries `token`, compared in constant time.
+/// Whether an `Authorization` header value carries `token` as a bearer credential: the scheme
+/// compares without regard to case (RFC 9110, 11.1), the token exactly and in constant time.
 pub fn authorized(header: Option<&[u8]>, token: &str) -> bool {
     let Some(value) = header else { return false };
-    let Some(given) = value.strip_prefix(b"Bearer ") else { return false };
+    let Some(space) = value.iter().position(|&b| b == b' ') else { return false };
+    let (scheme, rest) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return false;
+    }
+    let given = rest.trim_ascii();
     constant_time_eq(given, token.as_bytes())
 }
 
@@ -198,11 +225,13 @@ mod tests {
         let lo: SocketAddr = "127.0.0.1:9477".parse().unwrap();
         let lo6: SocketAddr = "[::1]:9477".parse().unwrap();
         let any: SocketAddr = "0.0.0.0:9477".parse().unwrap();
-        assert!(check_listener(lo, None).is_ok());
-        assert!(check_listener(lo6, None).is_ok());
-        let e = check_listener(any, None).unwrap_err();
+        assert!(check_listener(lo, None, false).is_ok());
+        assert!(check_listener(lo6, None, false).is_ok());
+        let e = check_listener(any, None, true).unwrap_err();
         assert!(e.to_string().contains("--token-file"), "{e}");
-        assert!(check_listener(any, Some("x")).is_ok());
+        let e = check_listener(any, Some("x"), false).unwrap_err();
+        assert!(e.to_string().contains("--tls-cert"), "a plain listener beyond loopback: {e}");
+        assert!(check_listener(any, Some("x"), true).is_ok());
     }
 
     #[test]
@@ -214,6 +243,12 @@ mod tests {
         assert!(!authorized(Some(b"Bearer 0123456789abcdef0"), t));
         assert!(!authorized(Some(b"Basic 0123456789abcdef"), t));
         assert!(!authorized(None, t));
+        // The scheme is case-insensitive; the token is not.
+        assert!(authorized(Some(b"bearer 0123456789abcdef"), t));
+        assert!(authorized(Some(b"BEARER  0123456789abcdef"), t));
+        assert!(!authorized(Some(b"bearer 0123456789ABCDEF"), t));
+        assert!(!authorized(Some(b"Bearer"), t));
+        assert!(!authorized(Some(b"Bearer0123456789abcdef"), t));
     }
 
     fn write_mode(path: &Path, text: &str, mode: u32) {

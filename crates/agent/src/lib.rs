@@ -6,17 +6,20 @@
 //! `metrics` verb, through the plugin contract) for one vendor-neutral [`readings::Readings`]; a
 //! background task samples them every interval and [`metrics`] renders the exposition once
 //! per sample, so a scrape only copies the latest text. [`listener`] bounds what clients can
-//! hold (timeouts, a connection cap, a shutdown that does not wait on them).
+//! hold (timeouts, a connection cap, a shutdown that does not wait on them), over TLS ([`tls`])
+//! beyond loopback; [`lab`] serves the lab's rendered pages under `/lab/`.
 
 pub mod assets;
 pub mod auth;
 pub mod files;
+pub mod lab;
 pub mod listener;
 pub mod metrics;
 pub mod readers;
 /// The readings document, owned by discovery (the plugin contract's `metrics`).
 pub use accel_discover::readings;
 pub mod server;
+pub mod tls;
 pub mod transport;
 
 use std::net::SocketAddr;
@@ -46,6 +49,11 @@ pub struct Config {
     /// (`--allow-host`); see [`auth::HostPolicy`].
     pub allow_hosts: Vec<String>,
     pub limits: Limits,
+    /// Serve TLS with this certificate and key (`--tls-cert`, `--tls-key`); required beyond
+    /// loopback.
+    pub tls: Option<tls::TlsFiles>,
+    /// Serve the lab's rendered pages under `/lab/` (`--lab-pages`).
+    pub lab: Option<lab::LabPages>,
 }
 
 /// Why the agent stopped.
@@ -53,6 +61,10 @@ pub struct Config {
 pub enum Error {
     #[error(transparent)]
     Auth(#[from] AuthError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("{0}")]
+    Lab(String),
     #[error("cannot listen on {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
     #[error("cannot start the runtime: {0}")]
@@ -70,8 +82,12 @@ const EXIT_WAIT: Duration = Duration::from_millis(250);
 /// Serves until SIGINT or SIGTERM. Checks the listener against the token and the allowed hosts
 /// before binding. `ready` is called with the bound address (port 0 picks one).
 pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), Error> {
-    auth::check_listener(config.listen, config.token.as_deref())?;
+    auth::check_listener(config.listen, config.token.as_deref(), config.tls.is_some())?;
     let hosts = auth::HostPolicy::new(config.listen, &config.allow_hosts)?;
+    let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
+    if let Some(pages) = &config.lab {
+        lab::check_dir(&pages.dir).map_err(Error::Lab)?;
+    }
     // One worker thread: serving a cached text is cheap, and the machine may have 2 cores;
     // readers run on the blocking pool.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -88,6 +104,14 @@ pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), Error
         state.transport_dir = config.transport_dir;
         state.interval = config.interval;
         state.hosts = hosts;
+        state.lab = config.lab.map(|p| {
+            Arc::new(lab::Lab {
+                dir: p.dir,
+                sessions: lab::Sessions::new(p.session_ttl),
+                secure: tls.is_some(),
+                token: state.token.clone(),
+            })
+        });
         let state = Arc::new(state);
         let readers = Arc::new(config.readers);
         // The first sample before serving, so /metrics is never empty.
@@ -111,7 +135,7 @@ pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), Error
         };
         ready(addr);
         let app = server::router(state);
-        listener::serve(listener, app, config.limits, shutdown()).await;
+        listener::serve(listener, app, config.limits, tls, shutdown()).await;
         sampler.abort();
         Ok(())
     });

@@ -5,7 +5,9 @@
 //! is closed; at most [`Limits::max_connections`] are open, and when one more arrives the one
 //! that has waited longest for its next request is closed to make room (so idle sockets cannot
 //! crowd out a client that has something to ask). On shutdown the listener closes at once, open
-//! connections get [`Limits::shutdown_grace`] to finish, and the rest are dropped.
+//! connections get [`Limits::shutdown_grace`] to finish, and the rest are dropped. Over TLS the
+//! handshake must finish within the head deadline too (then the head has its own), and a
+//! connection in its handshake is evicted like one waiting for its head.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -119,8 +121,16 @@ impl Table {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then closes within the grace period.
-pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown: impl Future<Output = ()>) {
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `shutdown` completes, then
+/// closes within the grace period.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let cap = connection_cap(&limits);
     let table = Arc::new(Table { epoch: Instant::now(), conns: Mutex::new(HashMap::new()) });
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -144,13 +154,17 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
         };
         next_id += 1;
         let Some(conn) = table.admit(next_id, cap) else {
-            refuse(stream);
+            // A TLS client could not read a plain answer: it is just closed.
+            if tls.is_none() {
+                refuse(stream);
+            }
             continue;
         };
-        let (table, app, limits, stop) = (table.clone(), app.clone(), limits.clone(), stop_rx.clone());
+        let (table, app, limits, stop, tls) =
+            (table.clone(), app.clone(), limits.clone(), stop_rx.clone(), tls.clone());
         let id = next_id;
         tasks.spawn(async move {
-            serve_conn(stream, &conn, &table, app, &limits, stop).await;
+            serve_conn(stream, tls, &conn, &table, app, &limits, stop).await;
             table.remove(id);
         });
         // Let an evicted connection close before the next accept, so descriptors stay in bound.
@@ -170,8 +184,11 @@ fn refuse(stream: TcpStream) {
     );
 }
 
+/// One connection: the TLS handshake first when serving TLS (within the head deadline, and
+/// evictable like a connection waiting for its head), then HTTP.
 async fn serve_conn(
     stream: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     conn: &Arc<Conn>,
     table: &Arc<Table>,
     app: Router,
@@ -179,7 +196,33 @@ async fn serve_conn(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let io = TokioIo::new(Tracked { inner: stream, conn: conn.clone(), table: table.clone() });
+    let tracked = Tracked { inner: stream, conn: conn.clone(), table: table.clone() };
+    let Some(acceptor) = tls else {
+        return serve_http(TokioIo::new(tracked), conn, table, app, limits, stop).await;
+    };
+    let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(tracked));
+    let stream = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(stream)) => stream,
+            // A failed or slow handshake: closed, nothing answered.
+            _ => return,
+        },
+        _ = conn.evict.notified() => return,
+        _ = stop.changed() => return,
+    };
+    serve_http(TokioIo::new(stream), conn, table, app, limits, stop).await;
+}
+
+async fn serve_http<I>(
+    io: TokioIo<I>,
+    conn: &Arc<Conn>,
+    table: &Arc<Table>,
+    app: Router,
+    limits: &Limits,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let router = TowerToHyperService::new(app);
     let service = {
         let (conn, table) = (conn.clone(), table.clone());

@@ -1,5 +1,5 @@
 //! The HTTP side: an axum router over one shared [`State`], refreshed by a background sampler.
-//! Every route is a GET; the API and the metrics need the bearer token when one is set; the
+//! Every route is a GET (but the lab's sign-in form, [`crate::lab`]); the API and the metrics need the bearer token when one is set; the
 //! dashboard's static files carry no data and are served to anyone. No CORS headers are sent
 //! (the dashboard is same-origin), and the page's Content-Security-Policy allows only itself.
 //! Before any route, a request must name the agent in its `Host` (421 otherwise, see
@@ -39,6 +39,8 @@ pub struct State {
     pub interval: Duration,
     /// Which `Host` a request may name.
     pub hosts: HostPolicy,
+    /// The lab's pages (`--lab-pages`), served under `/lab/`.
+    pub lab: Option<Arc<crate::lab::Lab>>,
     pub latest: RwLock<Arc<Snapshot>>,
 }
 
@@ -67,6 +69,7 @@ impl State {
             transport_dir: None,
             interval: Duration::from_secs(5),
             hosts: HostPolicy::loopback(),
+            lab: None,
             latest: RwLock::new(Arc::new(Snapshot::default())),
         }
     }
@@ -113,6 +116,10 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/", get(|| async { asset("text/html; charset=utf-8", assets::INDEX_HTML) }))
         .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", assets::APP_JS) }))
         .route("/style.css", get(|| async { asset("text/css; charset=utf-8", assets::STYLE_CSS) }));
+    let page = match &state.lab {
+        Some(lab) => page.merge(crate::lab::routes(lab.clone())),
+        None => page,
+    };
     api.merge(page)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -133,12 +140,16 @@ async fn guard(AxState(state): AxState<Arc<State>>, req: Request, next: Next) ->
         )
             .into_response();
     }
-    let has_body = req.headers().contains_key(header::TRANSFER_ENCODING)
-        || req
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .is_some_and(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) != Some(0));
-    if has_body {
+    let length =
+        req.headers().get(header::CONTENT_LENGTH).map(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()));
+    let has_body = req.headers().contains_key(header::TRANSFER_ENCODING) || length.is_some_and(|n| n != Some(0));
+    // The one body the agent reads: the lab's sign-in form, small and with its length given.
+    let sign_in = state.lab.is_some()
+        && req.method() == axum::http::Method::POST
+        && req.uri().path() == "/lab/login"
+        && !req.headers().contains_key(header::TRANSFER_ENCODING)
+        && length.is_some_and(|n| n.is_some_and(|n| n <= crate::lab::MAX_FORM));
+    if has_body && !sign_in {
         return (
             StatusCode::PAYLOAD_TOO_LARGE,
             [(header::CONNECTION, "close")],
@@ -187,10 +198,9 @@ async fn common_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
     h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    h.insert(
-        "content-security-policy",
-        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"),
-    );
+    // The lab's pages set a stricter policy of their own.
+    h.entry("content-security-policy")
+        .or_insert(HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }

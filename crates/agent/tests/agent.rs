@@ -176,6 +176,8 @@ fn start(token: Option<&str>) -> SocketAddr {
         interval: Duration::from_secs(60),
         allow_hosts: Vec::new(),
         limits: accel_agent::Limits::default(),
+        tls: None,
+        lab: None,
     };
     std::thread::spawn(move || accel_agent::serve(config, |a| tx.send(a).unwrap()).unwrap());
     rx.recv_timeout(Duration::from_secs(30)).unwrap()
@@ -300,6 +302,8 @@ fn a_network_listener_without_a_token_does_not_start() {
         interval: Duration::from_secs(5),
         allow_hosts: Vec::new(),
         limits: accel_agent::Limits::default(),
+        tls: None,
+        lab: None,
     };
     let err = accel_agent::serve(config, |_| panic!("must not bind")).unwrap_err();
     assert!(err.to_string().contains("--token-file"), "{err}");

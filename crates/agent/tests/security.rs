@@ -45,6 +45,8 @@ fn start(setup: Setup) -> SocketAddr {
         interval: Duration::from_secs(60),
         allow_hosts: setup.allow_hosts,
         limits: setup.limits.unwrap_or_default(),
+        tls: None,
+        lab: None,
     };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || accel_agent::serve(config, |a| tx.send(a).unwrap()).unwrap());

@@ -14,10 +14,10 @@ use crate::source::SourceArgs;
 /// `accel agent` arguments.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Endpoints (GET only):\n  /             the dashboard (assets built in; works offline)\n  /v1/node      the node's model (docs/schema.md)\n  /v1/health    readers, sample age; 503 when the sampler is stuck\n  /v1/env       the environment fingerprint (`accel env --json`)\n  /v1/readings  the latest readings, vendor-neutral (plugin protocol v1 shape)\n  /v1/cluster   the Ray cluster view (--cluster-file), or this node alone; with age_s and stale\n  /metrics      Prometheus/OpenMetrics (names in docs/metrics.md)\n  /metrics/transport  transport metrics of this node's processes (--transport-dir)\n\nSecurity: on a loopback address no token is needed. Any other address requires\n--token-file (owned by this user, mode 600); requests then carry\n`Authorization: Bearer <token>`. Every request must name the agent in its Host header:\nlocalhost, a loopback address, the listen address (any address when listening on a\nwildcard one) or a name given with --allow-host; others get 421, which keeps web pages\nout through DNS rebinding. A request head must arrive within 5 s (also the keep-alive\nidle time) and fit in 16 KiB; at most 256 connections are open (the longest idle one\nmakes room for a new one); SIGTERM stops the agent within about a second.\n\nExamples:\n  accel agent                                   this machine, on 127.0.0.1:9477\n  accel agent --sample gb200-nvl72-tray         a captured machine with recorded readings\n  accel agent --listen 0.0.0.0:9477 --token-file /etc/accel/token --allow-host node-1.example\n\nEnvironment:\n  ACCEL_PLUGIN_DIR  directory of accel-plugin-<name> executables whose `metrics` verb is read"
+    after_help = "Endpoints (GET only, but the lab's sign-in form):\n  /             the dashboard (assets built in; works offline)\n  /v1/node      the node's model (docs/schema.md)\n  /v1/health    readers, sample age; 503 when the sampler is stuck\n  /v1/env       the environment fingerprint (`accel env --json`)\n  /v1/readings  the latest readings, vendor-neutral (plugin protocol v1 shape)\n  /v1/cluster   the Ray cluster view (--cluster-file), or this node alone; with age_s and stale\n  /metrics      Prometheus/OpenMetrics (names in docs/metrics.md)\n  /metrics/transport  transport metrics of this node's processes (--transport-dir)\n  /lab/         the lab's pages (--lab-pages DIR, rendered by `accel lab pages`)\n\nSecurity: on a loopback address no token is needed. Any other address requires\n--token-file (owned by this user, mode 600) and TLS (--tls-cert, --tls-key); requests\nthen carry `Authorization: Bearer <token>` (the lab's pages also take a sign-in cookie).\nEvery request must name the agent in its Host header: localhost, a loopback address, the listen address (any address when listening on a\nwildcard one) or a name given with --allow-host; others get 421, which keeps web pages\nout through DNS rebinding. A request head must arrive within 5 s (also the keep-alive\nidle time) and fit in 16 KiB; at most 256 connections are open (the longest idle one\nmakes room for a new one); SIGTERM stops the agent within about a second.\n\nExamples:\n  accel agent                                   this machine, on 127.0.0.1:9477\n  accel agent --sample gb200-nvl72-tray         a captured machine with recorded readings\n  accel agent --listen 0.0.0.0:9477 --token-file /etc/accel/token --tls-cert node.pem \\\n      --tls-key node.key --allow-host node-1.example\n  accel agent --lab-pages /srv/lab/pages        the lab's pages at http://127.0.0.1:9477/lab/\n\nEnvironment:\n  ACCEL_PLUGIN_DIR  directory of accel-plugin-<name> executables whose `metrics` verb is read"
 )]
 pub struct AgentArgs {
-    /// Address to listen on. Anything but loopback needs --token-file.
+    /// Address to listen on. Anything but loopback needs --token-file and --tls-cert/--tls-key.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9477")]
     listen: SocketAddr,
     #[command(flatten)]
@@ -26,6 +26,20 @@ pub struct AgentArgs {
     /// this user and be unreadable by others (chmod 600).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Serve TLS with this PEM certificate chain (with --tls-key). Required on any address but
+    /// loopback, so the token never crosses the network in the clear.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's PEM private key; it must belong to this user and be unreadable by others
+    /// (chmod 600).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve the lab's pages, rendered into DIR by `accel lab pages`, under /lab/ (docs/lab.md).
+    #[arg(long, value_name = "DIR")]
+    lab_pages: Option<PathBuf>,
+    /// How long a lab sign-in session lasts (with a token), in hours.
+    #[arg(long, value_name = "HOURS", default_value_t = 8.0, requires = "lab_pages")]
+    session_hours: f64,
     /// Also serve requests whose Host header is NAME (a DNS name or an address, no port), e.g.
     /// the name Prometheus or a browser uses to reach this node. Repeatable.
     #[arg(long = "allow-host", value_name = "NAME")]
@@ -59,8 +73,23 @@ pub fn run(args: AgentArgs) -> Result<()> {
     }
     let token =
         args.token_file.as_ref().map(|p| accel_agent::auth::read_token(p).unwrap_or_else(|e| usage(e.to_string())));
-    if let Err(e) = accel_agent::auth::check_listener(args.listen, token.as_deref()) {
+    if let Err(e) = accel_agent::auth::check_listener(args.listen, token.as_deref(), args.tls_cert.is_some()) {
         usage(e.to_string());
+    }
+    let tls =
+        args.tls_cert.clone().zip(args.tls_key.clone()).map(|(cert, key)| accel_agent::tls::TlsFiles { cert, key });
+    if let Some(files) = &tls {
+        if let Err(e) = accel_agent::tls::server_config(files) {
+            usage(e.to_string());
+        }
+    }
+    if !(args.session_hours.is_finite() && (0.001..=720.0).contains(&args.session_hours)) {
+        usage(format!("--session-hours {} is not between 0.001 and 720", args.session_hours));
+    }
+    if let Some(dir) = &args.lab_pages {
+        if let Err(e) = accel_agent::lab::check_dir(dir) {
+            usage(e);
+        }
     }
     if let Err(e) = accel_agent::auth::HostPolicy::new(args.listen, &args.allow_hosts) {
         usage(e.to_string());
@@ -100,8 +129,14 @@ pub fn run(args: AgentArgs) -> Result<()> {
         interval: Duration::from_secs_f64(args.interval),
         allow_hosts: args.allow_hosts,
         limits: accel_agent::Limits::default(),
+        lab: args.lab_pages.map(|dir| accel_agent::lab::LabPages {
+            dir,
+            session_ttl: Duration::from_secs_f64(args.session_hours * 3600.0),
+        }),
+        tls,
     };
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
     // `python -m accel.ray start --agent` waits for this line (AGENT_SERVING in
     // python/accel/ray/_start.py): it proves the agent answering is the one just started.
-    accel_agent::serve(config, |addr| eprintln!("accel agent: serving http://{addr}/")).map_err(anyhow::Error::from)
+    accel_agent::serve(config, |addr| eprintln!("accel agent: serving {scheme}://{addr}/")).map_err(anyhow::Error::from)
 }

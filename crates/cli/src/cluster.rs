@@ -1,6 +1,7 @@
 //! `accel cluster`: a cluster file (docs/placement.md) from embedded samples (`--sample`), or
 //! from real machines (`accel cluster build`): `accel capture` outputs, running node agents
-//! (`--from-agent`, `/v1/node` over plain HTTP with the agent's token), and the machines
+//! (`--from-agent`, `/v1/node` over HTTP, or HTTPS verified against a CA file, with the agent's
+//! token), and the machines
 //! `python -m accel.ray start` published in a Ray cluster (`--from-ray`, through a Python
 //! interpreter with accel and Ray, since this binary does not speak Ray's protocol).
 
@@ -9,6 +10,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use accel_agent::tls::rustls;
 use accel_model::Machine;
 use accel_plan::{Cluster, ClusterNode, MachineRef};
 use anyhow::{bail, Context, Result};
@@ -32,9 +34,11 @@ Sources (any mix; nodes keep this order, which --rack-size follows):
                        capture's hostname (/proc/sys/kernel/hostname), else the file or
                        directory name; `NAME=CAPTURE` names it yourself.
   --from-agent URL...  running node agents (`accel agent`): GET URL/v1/node for the machine,
-                       URL/v1/health for the node's name. Plain http:// (the agent serves no
-                       TLS). The token comes from --token-file FILE (chmod 600) or the
-                       ACCEL_AGENT_TOKEN variable, and is never printed.
+                       URL/v1/health for the node's name. https:// (the agent's TLS, beyond
+                       loopback) is verified against --ca-file FILE; a token is never sent
+                       over plain http:// except to loopback. The token comes from
+                       --token-file FILE (chmod 600) or the ACCEL_AGENT_TOKEN variable, and is
+                       never printed.
   --from-ray           the machines `python -m accel.ray start` published in a running Ray
                        cluster, with their accel.io/* labels; runs `$ACCEL_PYTHON` (default
                        python3) `-m accel.ray cluster-json [--address ADDR]`, which needs accel
@@ -48,8 +52,8 @@ or JSON: {\"gpu-a\": {\"rack\": \"r1\"}}. A node the cluster lacks is an error.
 Examples:
   accel capture node-a/                       on each machine, then copy the directories here
   accel cluster build node-a/ node-b/ --labels labels.txt -o cluster.json
-  accel cluster build --from-agent http://10.0.0.1:9477 http://10.0.0.2:9477 \\
-      --token-file ~/.config/accel/token --rack-size 8 -o cluster.json
+  accel cluster build --from-agent https://node-1.example:9477 https://node-2.example:9477 \\
+      --token-file ~/.config/accel/token --ca-file lab-ca.pem --rack-size 8 -o cluster.json
   accel cluster build --from-ray --address 10.0.0.1:6379 -o cluster.json
   accel plan --cluster cluster.json --request request.json
   accel export slurm --cluster cluster.json --out-dir slurm/
@@ -97,6 +101,9 @@ pub struct BuildArgs {
     /// ACCEL_AGENT_TOKEN variable, else no token (an agent on loopback needs none).
     #[arg(long, value_name = "FILE", requires = "from_agent")]
     token_file: Option<PathBuf>,
+    /// The CA certificate (PEM) that `https://` agents' certificates are verified against.
+    #[arg(long, value_name = "FILE", requires = "from_agent")]
+    ca_file: Option<PathBuf>,
     /// The machines `python -m accel.ray start` published in the running Ray cluster.
     #[arg(long)]
     from_ray: bool,
@@ -205,8 +212,10 @@ fn build(args: &BuildArgs) -> Result<Cluster> {
     }
     if !args.from_agent.is_empty() {
         let token = agent_token(args.token_file.as_deref())?;
+        let tls = args.ca_file.as_deref().map(accel_agent::tls::client_config).transpose()?;
+        let client = AgentClient { token, tls };
         for url in &args.from_agent {
-            found.push(from_agent(url, token.as_deref())?);
+            found.push(from_agent(url, &client)?);
         }
     }
     if args.from_ray {
@@ -330,9 +339,11 @@ fn agent_token(file: Option<&Path>) -> Result<Option<String>> {
     }
 }
 
-/// An agent's base URL: `http://HOST[:PORT][/PREFIX]`.
+/// An agent's base URL: `http[s]://HOST[:PORT][/PREFIX]`.
 #[derive(Debug, PartialEq)]
 struct AgentUrl {
+    /// `https://`: TLS, verified against `--ca-file`.
+    tls: bool,
     /// `HOST:PORT`, to connect to (IPv6 in brackets).
     addr: String,
     /// The `Host` header: the URL's authority as written.
@@ -342,33 +353,83 @@ struct AgentUrl {
 }
 
 fn parse_agent_url(url: &str) -> Result<AgentUrl> {
-    if url.starts_with("https://") {
-        bail!("https is not supported: the agent serves plain HTTP (docs/agent.md); give its http:// address");
-    }
-    let Some(rest) = url.strip_prefix("http://") else { bail!("not an http:// URL") };
+    let (tls, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+        (Some(rest), _) => (true, rest),
+        (None, Some(rest)) => (false, rest),
+        _ => bail!("not an http:// or https:// URL"),
+    };
     let (authority, path) = rest.find('/').map_or((rest, ""), |i| (&rest[..i], &rest[i..]));
     if authority.is_empty()
         || authority.contains('@')
         || path.contains(['?', '#'])
         || url.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
     {
-        bail!("not an http://HOST[:PORT] URL");
+        bail!("not an http[s]://HOST[:PORT] URL");
     }
     let has_port = match authority.rfind(']') {
         Some(i) => authority[i + 1..].starts_with(':'),
         None => authority.contains(':'),
     };
-    let addr = if has_port { authority.to_owned() } else { format!("{authority}:80") };
+    let default_port = if tls { 443 } else { 80 };
+    let addr = if has_port { authority.to_owned() } else { format!("{authority}:{default_port}") };
     let prefix = path.trim_end_matches('/').trim_end_matches("/v1/node").trim_end_matches('/').to_owned();
-    Ok(AgentUrl { addr, host: authority.to_owned(), prefix })
+    Ok(AgentUrl { tls, addr, host: authority.to_owned(), prefix })
+}
+
+impl AgentUrl {
+    /// The host name or address the certificate must name (no port, no brackets).
+    fn server_name(&self) -> &str {
+        let host = match self.host.rfind(']') {
+            Some(i) => &self.host[..=i],
+            None => self.host.rsplit_once(':').map_or(self.host.as_str(), |(h, _)| h),
+        };
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// Whether the agent is on this machine (a loopback address or `localhost`): the one place
+    /// a token may travel without TLS.
+    fn loopback(&self) -> bool {
+        let name = self.server_name();
+        name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+/// A TLS client connection over the agent's socket (rustls; verified against `--ca-file`).
+struct TlsConn(rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>);
+
+impl Read for TlsConn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl Write for TlsConn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl accel_discover::net::Conn for TlsConn {
+    fn socket(&self) -> &std::net::TcpStream {
+        &self.0.sock
+    }
+}
+
+/// How `--from-agent` reaches agents: the token and, for `https://`, the CA to trust.
+struct AgentClient {
+    token: Option<String>,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// One GET over HTTP/1.0 before `deadline` (discovery's client, `accel_discover::net`): the
 /// status and the body. The token goes in the `Authorization` header only; no error quotes a
 /// header.
-fn http_get(url: &AgentUrl, path: &str, token: Option<&str>, deadline: Instant) -> Result<(u16, Vec<u8>)> {
-    use accel_discover::net::{exchange, Exchange, NetError};
-    let bearer = token.map(|t| format!("Bearer {t}"));
+fn http_get(url: &AgentUrl, path: &str, client: &AgentClient, deadline: Instant) -> Result<(u16, Vec<u8>)> {
+    use accel_discover::net::{exchange, exchange_over, Exchange, NetError};
+    let bearer = client.token.as_deref().map(|t| format!("Bearer {t}"));
     let mut headers = vec![("Accept", "application/json")];
     if let Some(b) = &bearer {
         headers.push(("Authorization", b.as_str()));
@@ -384,7 +445,20 @@ fn http_get(url: &AgentUrl, path: &str, token: Option<&str>, deadline: Instant) 
         connect_timeout: AGENT_TIMEOUT,
         max_bytes: MAX_AGENT_ANSWER + 64 * 1024,
     };
-    let (status, body) = exchange(&x).map_err(|e| match e {
+    let answer = if url.tls {
+        let Some(config) = client.tls.clone() else {
+            bail!("https:// needs --ca-file FILE: the CA certificate (PEM) the agent's certificate is checked against");
+        };
+        let name = rustls::pki_types::ServerName::try_from(url.server_name().to_owned())
+            .map_err(|e| anyhow::anyhow!("{:?} is not a name a certificate can hold: {e}", url.server_name()))?;
+        exchange_over(&x, |socket| {
+            let conn = rustls::ClientConnection::new(config, name).map_err(|e| NetError::Io(format!("TLS: {e}")))?;
+            Ok(TlsConn(rustls::StreamOwned::new(conn, socket)))
+        })
+    } else {
+        exchange(&x)
+    };
+    let (status, body) = answer.map_err(|e| match e {
         NetError::Budget => anyhow::anyhow!("{path}: no complete answer within {} s", AGENT_TIMEOUT.as_secs()),
         NetError::TooLarge(_) => anyhow::anyhow!("{path}: the answer is larger than {} MiB", MAX_AGENT_ANSWER >> 20),
         NetError::Malformed => anyhow::anyhow!("{path}: not an HTTP answer"),
@@ -411,19 +485,26 @@ fn status_error(path: &str, status: u16, url: &AgentUrl, token: bool) -> anyhow:
 
 /// A node from a running agent: its machine (`/v1/node`) and its name (`/v1/health`'s `node`:
 /// the agent's `--node-name`, else its sample or hostname).
-fn from_agent(url: &str, token: Option<&str>) -> Result<Found> {
+fn from_agent(url: &str, client: &AgentClient) -> Result<Found> {
     let from = format!("agent {url}");
+    let token = client.token.as_deref();
     let found = (|| -> Result<Found> {
         let agent = parse_agent_url(url)?;
+        if token.is_some() && !agent.tls && !agent.loopback() {
+            bail!(
+                "refusing to send the token in the clear to {}: use https:// (the agent serves TLS beyond loopback) with --ca-file",
+                agent.host
+            );
+        }
         let deadline = Instant::now() + AGENT_TIMEOUT;
-        let (status, body) = http_get(&agent, "/v1/node", token, deadline)?;
+        let (status, body) = http_get(&agent, "/v1/node", client, deadline)?;
         if status != 200 {
             return Err(status_error("/v1/node", status, &agent, token.is_some()));
         }
         let machine: Machine =
             serde_json::from_slice(&body).map_err(|e| anyhow::anyhow!("/v1/node is not a machine description: {e}"))?;
         // 503 is a stale sampler: the name in it is still the agent's.
-        let (status, body) = http_get(&agent, "/v1/health", token, deadline)?;
+        let (status, body) = http_get(&agent, "/v1/health", client, deadline)?;
         if status != 200 && status != 503 {
             return Err(status_error("/v1/health", status, &agent, token.is_some()));
         }
@@ -446,8 +527,8 @@ fn from_agent(url: &str, token: Option<&str>) -> Result<Found> {
 /// inline and their `accel.io/*` Ray labels as planner labels.
 fn from_ray(address: Option<&str>) -> Result<Vec<Found>> {
     let python = std::env::var("ACCEL_PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into());
-    let mut cmd = std::process::Command::new(&python);
-    cmd.args(["-m", "accel.ray", "cluster-json"]);
+    let mut cmd = crate::python::module(python.as_ref(), "accel.ray");
+    cmd.arg("cluster-json");
     if let Some(a) = address {
         cmd.args(["--address", a]);
     }
@@ -602,7 +683,16 @@ mod tests {
     #[test]
     fn agent_urls() {
         let u = parse_agent_url("http://127.0.0.1:9477").unwrap();
-        assert_eq!(u, AgentUrl { addr: "127.0.0.1:9477".into(), host: "127.0.0.1:9477".into(), prefix: String::new() });
+        assert_eq!(
+            u,
+            AgentUrl {
+                tls: false,
+                addr: "127.0.0.1:9477".into(),
+                host: "127.0.0.1:9477".into(),
+                prefix: String::new()
+            }
+        );
+        assert!(u.loopback());
         let u = parse_agent_url("http://node-1.example/agent/v1/node").unwrap();
         assert_eq!((u.addr.as_str(), u.prefix.as_str()), ("node-1.example:80", "/agent"));
         assert_eq!(parse_agent_url("http://[::1]").unwrap().addr, "[::1]:80");
@@ -610,7 +700,12 @@ mod tests {
         for bad in ["ftp://x", "http://", "http://u:p@x/", "http://x/?a", "http://x y", "x:9477"] {
             assert!(parse_agent_url(bad).is_err(), "{bad}");
         }
-        assert!(parse_agent_url("https://x").unwrap_err().to_string().contains("plain HTTP"));
+        let u = parse_agent_url("https://node-1.example").unwrap();
+        assert!(u.tls && !u.loopback());
+        assert_eq!((u.addr.as_str(), u.server_name()), ("node-1.example:443", "node-1.example"));
+        assert_eq!(parse_agent_url("https://[::1]:9477").unwrap().server_name(), "::1");
+        assert!(parse_agent_url("http://[::1]:9477").unwrap().loopback());
+        assert!(parse_agent_url("http://LOCALHOST").unwrap().loopback());
     }
 
     #[test]

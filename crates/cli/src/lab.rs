@@ -1,6 +1,7 @@
 //! `accel lab ...`: the lab (docs/lab.md) lives in the Python package, so this execs
-//! `$ACCEL_PYTHON -m accel.lab` (`python3` when unset) with every argument passed through,
-//! `--help` included; its exit status is the lab's.
+//! `$ACCEL_PYTHON -m accel.lab` (`python3` when unset; without the working directory on
+//! `sys.path`, [`crate::python`]) with every argument passed through, `--help` included; its
+//! exit status is the lab's.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -25,7 +26,7 @@ fn python() -> OsString {
 /// Replaces this process with `python -m accel.lab ARGS...`; returns only when that fails.
 pub fn run(args: LabArgs) -> Result<()> {
     let python = python();
-    let err = std::process::Command::new(&python).arg("-m").arg("accel.lab").args(&args.args).exec();
+    let err = crate::python::module(&python, "accel.lab").args(&args.args).exec();
     Err(err).with_context(|| {
         format!(
             "cannot run `{} -m accel.lab` (set ACCEL_PYTHON to a Python with the accel package installed)",

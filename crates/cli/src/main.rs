@@ -9,6 +9,7 @@ mod export;
 mod import;
 mod lab;
 mod plan;
+mod python;
 mod source;
 mod topo;
 

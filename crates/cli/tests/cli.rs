@@ -184,6 +184,7 @@ fn agent_refuses_a_network_listener_without_a_token() {
     let dir = tempdir("agent-token");
     let short = dir.join("token");
     std::fs::write(&short, "tooshort\n").unwrap();
+    std::fs::set_permissions(&short, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let out = accel(&["agent", "--listen", "0.0.0.0:0", "--token-file", short.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(one_line_error(&out).contains("at least 16 characters"));

@@ -244,8 +244,12 @@ struct Agent {
 
 impl Agent {
     fn start(args: &[&str]) -> Agent {
+        Agent::start_on("127.0.0.1:0", args)
+    }
+
+    fn start_on(listen: &str, args: &[&str]) -> Agent {
         let mut child = Command::new(env!("CARGO_BIN_EXE_accel"))
-            .args(["agent", "--listen", "127.0.0.1:0", "--interval", "60"])
+            .args(["agent", "--listen", listen, "--interval", "60"])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -340,7 +344,87 @@ fn running_agents_join_the_cluster_with_their_token_never_shown() {
     let smtp = fake_agent(b"220 mail.example ESMTP\r\n".to_vec());
     assert!(usage_error(accel(&["cluster", "build", "--from-agent", &smtp])).contains("not an HTTP answer"));
     let err = usage_error(accel(&["cluster", "build", "--from-agent", "https://node-1.example:9477"]));
-    assert!(err.contains("https is not supported"), "{err}");
+    assert!(err.contains("https:// needs --ca-file"), "{err}");
     let err = usage_error(accel(&["cluster", "build", "--from-agent", "node-1:9477"]));
-    assert!(err.contains("agent node-1:9477: not an http:// URL"), "{err}");
+    assert!(err.contains("agent node-1:9477: not an http:// or https:// URL"), "{err}");
+    // A token never goes in the clear beyond loopback: refused before connecting.
+    let out =
+        accel_env(&["cluster", "build", "--from-agent", "http://192.0.2.1:9477"], &[("ACCEL_AGENT_TOKEN", token)]);
+    let err = usage_error(out);
+    assert!(err.contains("refusing to send the token in the clear") && !err.contains(token), "{err}");
+}
+
+#[test]
+fn an_agent_over_tls_is_read_with_its_ca_and_a_plain_network_bind_is_refused() {
+    let dir = accel_testdata::TempDir::new("cli-cluster-build-tls");
+    let (ca, cert, key) = accel_testdata::tls_files(dir.path());
+    let token_file = dir.join("token");
+    let token = "tls-token-0123456789abcdef";
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let agent = Agent::start(&[
+        "--sample",
+        "mi300x",
+        "--node-name",
+        "mi-tls",
+        "--token-file",
+        s(&token_file),
+        "--tls-cert",
+        s(&cert),
+        "--tls-key",
+        s(&key),
+    ]);
+    for url in [format!("https://127.0.0.1:{}", agent.addr.port()), format!("https://localhost:{}/", agent.addr.port())]
+    {
+        let out =
+            ok(accel(&["cluster", "build", "--from-agent", &url, "--token-file", s(&token_file), "--ca-file", s(&ca)]));
+        let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(value["nodes"][0]["name"], "mi-tls", "{url}");
+        assert!(!out.contains(token));
+    }
+    // Another CA's certificate, or plain HTTP to a TLS port, is an error.
+    let other = accel_testdata::TempDir::new("cli-cluster-build-tls-other");
+    let (other_ca, _, _) = accel_testdata::tls_files(other.path());
+    let url = format!("https://127.0.0.1:{}", agent.addr.port());
+    let err = usage_error(accel(&[
+        "cluster",
+        "build",
+        "--from-agent",
+        &url,
+        "--token-file",
+        s(&token_file),
+        "--ca-file",
+        s(&other_ca),
+    ]));
+    assert!(err.contains("/v1/node") && (err.contains("certificate") || err.contains("UnknownIssuer")), "{err}");
+    let err =
+        usage_error(accel(&["cluster", "build", "--from-agent", &format!("http://127.0.0.1:{}", agent.addr.port())]));
+    assert!(err.contains("/v1/node"), "{err}");
+    // Beyond loopback, a token without TLS is refused before binding; with TLS the agent starts.
+    let refused = accel(&["agent", "--listen", "0.0.0.0:0", "--token-file", s(&token_file)]);
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("without TLS") && err.contains("--tls-cert"), "{err}");
+    let open_key = dir.join("open.key");
+    std::fs::copy(&key, &open_key).unwrap();
+    std::fs::set_permissions(&open_key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let refused = accel(&[
+        "agent",
+        "--listen",
+        "0.0.0.0:0",
+        "--token-file",
+        s(&token_file),
+        "--tls-cert",
+        s(&cert),
+        "--tls-key",
+        s(&open_key),
+    ]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(refused.status.code() == Some(2) && err.contains("chmod 600"), "a key others can read: {err}");
+    let wide = Agent::start_on(
+        "0.0.0.0:0",
+        &["--sample", "mi300x", "--token-file", s(&token_file), "--tls-cert", s(&cert), "--tls-key", s(&key)],
+    );
+    let url = format!("https://127.0.0.1:{}", wide.addr.port());
+    ok(accel(&["cluster", "build", "--from-agent", &url, "--token-file", s(&token_file), "--ca-file", s(&ca)]));
 }

@@ -1,5 +1,6 @@
 //! A tiny HTTP/1.0 client over `std::net` for metadata servers (GCE, EC2 IMDS) and, through
-//! [`exchange`], `accel cluster build --from-agent`: plain `http://` only, short timeouts, and one deadline shared by every look-up of a discovery run, so the
+//! [`exchange`] and [`exchange_over`] (a TLS client over the socket), `accel cluster build
+//! --from-agent`: no TLS of its own, short timeouts, and one deadline shared by every look-up of a discovery run, so the
 //! network never holds discovery up for longer than [`crate::NetConfig::budget`].
 
 use std::io::{Read, Write};
@@ -78,9 +79,30 @@ pub struct Exchange<'a> {
     pub max_bytes: usize,
 }
 
+/// A connection [`exchange_over`] speaks through: a TCP socket, or a wrapper over one (TLS).
+pub trait Conn: Read + Write {
+    /// The socket below, whose timeouts bound every read and write.
+    fn socket(&self) -> &TcpStream;
+}
+
+impl Conn for TcpStream {
+    fn socket(&self) -> &TcpStream {
+        self
+    }
+}
+
 /// Sends one request and reads the whole answer before the deadline (re-arming the read
 /// timeout with what is left, so a trickling server cannot outlast it): its status and body.
 pub fn exchange(x: &Exchange<'_>) -> Result<(u16, Vec<u8>), NetError> {
+    exchange_over(x, Ok)
+}
+
+/// [`exchange`] through what `wrap` makes of the connected socket (a TLS client over it). The
+/// deadline bounds the wrapper's own traffic (a handshake) too.
+pub fn exchange_over<C: Conn>(
+    x: &Exchange<'_>,
+    wrap: impl FnOnce(TcpStream) -> Result<C, NetError>,
+) -> Result<(u16, Vec<u8>), NetError> {
     let left = |deadline: Instant| deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
     let io = |e: std::io::Error| NetError::Io(e.to_string());
     let mut stream = None;
@@ -91,8 +113,11 @@ pub fn exchange(x: &Exchange<'_>) -> Result<(u16, Vec<u8>), NetError> {
             break;
         }
     }
-    let mut stream = stream.ok_or_else(|| NetError::Io(format!("cannot connect to {}", x.addr)))?;
-    stream.set_write_timeout(Some(left(x.deadline).ok_or(NetError::Budget)?)).map_err(io)?;
+    let stream = stream.ok_or_else(|| NetError::Io(format!("cannot connect to {}", x.addr)))?;
+    let rest = left(x.deadline).ok_or(NetError::Budget)?;
+    stream.set_write_timeout(Some(rest)).map_err(io)?;
+    stream.set_read_timeout(Some(rest)).map_err(io)?;
+    let mut conn = wrap(stream)?;
     let mut req = format!("{} {} HTTP/1.0\r\nHost: {}\r\nConnection: close\r\n", x.method, x.path, x.host);
     for (k, v) in x.headers {
         req.push_str(&format!("{k}: {v}\r\n"));
@@ -101,12 +126,15 @@ pub fn exchange(x: &Exchange<'_>) -> Result<(u16, Vec<u8>), NetError> {
         req.push_str("Content-Length: 0\r\n");
     }
     req.push_str("\r\n");
-    stream.write_all(req.as_bytes()).map_err(io)?;
+    let timed_out =
+        |e: &std::io::Error| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
+    conn.write_all(req.as_bytes()).map_err(|e| if timed_out(&e) { NetError::Budget } else { io(e) })?;
+    conn.flush().map_err(io)?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        stream.set_read_timeout(Some(left(x.deadline).ok_or(NetError::Budget)?)).map_err(io)?;
-        match stream.read(&mut buf) {
+        conn.socket().set_read_timeout(Some(left(x.deadline).ok_or(NetError::Budget)?)).map_err(io)?;
+        match conn.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 out.extend_from_slice(&buf[..n]);
@@ -114,10 +142,11 @@ pub fn exchange(x: &Exchange<'_>) -> Result<(u16, Vec<u8>), NetError> {
                     return Err(NetError::TooLarge(x.max_bytes));
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(NetError::Budget)
-            }
+            Err(e) if timed_out(&e) => return Err(NetError::Budget),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A TLS peer that closed without its close_notify: the answer is what arrived (a
+            // cut-off body fails where it is parsed).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => break,
             Err(e) => return Err(io(e)),
         }
     }

@@ -143,7 +143,9 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
     }
     let text = std::str::from_utf8(bytes).map_err(|e| ImportError::NotXml(format!("not UTF-8: {e}")))?;
     if nesting(text) > MAX_NESTING {
-        return Err(ImportError::NotHwloc(format!("elements nest deeper than {MAX_NESTING}")));
+        return Err(ImportError::NotHwloc(format!(
+            "elements nest deeper than {MAX_NESTING} (or an entity declaration holds markup)"
+        )));
     }
     let options = roxmltree::ParsingOptions { allow_dtd: true, nodes_limit: MAX_XML_NODES };
     let doc = roxmltree::Document::parse_with_options(text, options).map_err(|e| ImportError::NotXml(e.to_string()))?;
@@ -194,30 +196,96 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
 
 /// The deepest element nesting, counted from the markup alone before parsing (the parser
 /// recurses, so a hostile file could otherwise overflow the stack). `<` starts markup wherever it
-/// appears (attribute values cannot hold it); comments, declarations and processing
-/// instructions do not nest.
+/// appears outside comments, CDATA and processing instructions (attribute values cannot hold
+/// it); a tag ends at the first `>` outside a quoted attribute value, so `/>` or `>` inside a
+/// value hides nothing; comments, CDATA sections, processing instructions and declarations do
+/// not nest, and a closing tag inside them closes nothing. An entity declaration that holds
+/// markup (hwloc never writes one) could expand to elements the scan cannot see, so it counts
+/// as too deep (`usize::MAX`).
 fn nesting(text: &str) -> usize {
     let bytes = text.as_bytes();
+    let find = |from: usize, pat: &[u8]| {
+        bytes[from.min(bytes.len())..].windows(pat.len()).position(|w| w == pat).map(|p| from + p + pat.len())
+    };
     let (mut depth, mut deepest) = (0usize, 0usize);
     let mut i = 0;
     while let Some(off) = bytes[i..].iter().position(|&b| b == b'<') {
         let start = i + off;
-        let end = bytes[start..].iter().position(|&b| b == b'>').map_or(bytes.len(), |e| start + e);
-        match bytes.get(start + 1) {
-            Some(b'/') => depth = depth.saturating_sub(1),
-            Some(b'?' | b'!') => {}
-            _ if end > start && bytes[end - 1] == b'/' => {}
-            _ => {
-                depth += 1;
-                deepest = deepest.max(depth);
+        let rest = &bytes[start..];
+        let end = if rest.starts_with(b"<!--") {
+            find(start + 4, b"-->")
+        } else if rest.starts_with(b"<![CDATA[") {
+            find(start + 9, b"]]>")
+        } else if rest.starts_with(b"<?") {
+            find(start + 2, b"?>")
+        } else if rest.starts_with(b"<!") {
+            // A declaration (DOCTYPE with its internal subset): skipped whole, brackets and
+            // quotes included; an entity holding markup refuses the file.
+            let (end, refuse) = declaration_end(bytes, start);
+            if refuse {
+                return usize::MAX;
             }
-        }
-        i = (end + 1).min(bytes.len());
-        if i >= bytes.len() {
-            break;
+            end
+        } else {
+            let end = tag_end(bytes, start);
+            match rest.get(1) {
+                Some(b'/') => depth = depth.saturating_sub(1),
+                _ if end.is_some_and(|e| bytes[e - 2] == b'/') => {}
+                _ => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+            }
+            end
+        };
+        match end {
+            Some(e) if e < bytes.len() => i = e,
+            _ => break,
         }
     }
     deepest
+}
+
+/// Where the tag opened at `start` ends (just past its `>`), skipping quoted attribute values.
+fn tag_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut quote = None;
+    for (k, &b) in bytes.iter().enumerate().skip(start + 1) {
+        match (quote, b) {
+            (None, b'"' | b'\'') => quote = Some(b),
+            (Some(q), _) if b == q => quote = None,
+            (None, b'>') => return Some(k + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Where the declaration opened at `start` ends (just past its `>`, outside quotes and its
+/// `[...]` internal subset), and whether it declares an entity whose value holds markup.
+fn declaration_end(bytes: &[u8], start: usize) -> (Option<usize>, bool) {
+    let (mut quote, mut brackets, mut refuse) = (None, 0usize, false);
+    let mut in_entity = false;
+    let mut k = start + 2;
+    while k < bytes.len() {
+        let b = bytes[k];
+        match (quote, b) {
+            (Some(q), _) if b == q => quote = None,
+            (Some(_), b'<' | b'&') if in_entity => refuse = true,
+            (Some(_), _) => {}
+            (None, b'"' | b'\'') => quote = Some(b),
+            (None, b'[') => brackets += 1,
+            (None, b']') => brackets = brackets.saturating_sub(1),
+            (None, b'<') if bytes[k..].starts_with(b"<!ENTITY") => in_entity = true,
+            (None, b'<') if bytes[k..].starts_with(b"<!--") => {
+                k = bytes[k + 4..].windows(3).position(|w| w == b"-->").map_or(bytes.len(), |p| k + 4 + p + 2);
+            }
+            (None, b'>') if brackets == 0 => return (Some(k + 1), refuse),
+            (None, b'>') => in_entity = false,
+            _ => {}
+        }
+        k += 1;
+    }
+    (None, refuse)
 }
 
 /// What an object passes to the objects inside it.
@@ -556,5 +624,9 @@ mod tests {
         assert_eq!(nesting("<a><b/><c x='1'><d></d></c></a>"), 3);
         assert_eq!(nesting("<?xml?><!DOCTYPE x><a>"), 1);
         assert_eq!(nesting("<"), 1);
+        assert_eq!(nesting("<a x='/>'><b y=\">\"><c/></b></a>"), 2);
+        assert_eq!(nesting("<a><!-- </a></a> --><b><![CDATA[</b>]]><c>"), 3);
+        assert_eq!(nesting("<!DOCTYPE t [<!ENTITY e \"x\">]><a>"), 1);
+        assert_eq!(nesting("<!DOCTYPE t [<!ENTITY e \"<a><a>\">]><a>"), usize::MAX);
     }
 }

@@ -137,7 +137,8 @@ pub fn agent_address(child: &mut std::process::Child) -> std::net::SocketAddr {
             let _ = child.kill();
             panic!("the agent never said where it serves: {line}");
         }
-        if let Some(rest) = line.trim().strip_prefix("accel agent: serving http://") {
+        let served = line.trim().strip_prefix("accel agent: serving ");
+        if let Some(rest) = served.and_then(|r| r.strip_prefix("http://").or_else(|| r.strip_prefix("https://"))) {
             break rest.trim_end_matches('/').parse().expect("the agent prints an address");
         }
     };
@@ -145,4 +146,46 @@ pub fn agent_address(child: &mut std::process::Child) -> std::net::SocketAddr {
         let _ = std::io::copy(&mut log, &mut std::io::sink());
     });
     addr
+}
+
+/// A test CA and a server certificate it signed for `localhost` and 127.0.0.1, made by Debian's
+/// `openssl` in `dir`: (CA certificate, server certificate, server key with mode 0600), PEM.
+pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl (Debian's openssl)");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=accel test CA"],
+    ]
+    .concat());
+    run(&[&["req"][..], &ec, &["-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=localhost"]].concat());
+    std::fs::write(
+        dir.join("node.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "node.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "node.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "node.ext",
+    ]);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.join("node.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    (dir.join("ca.pem"), dir.join("node.pem"), dir.join("node.key"))
 }

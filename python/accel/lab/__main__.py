@@ -1,12 +1,19 @@
 """`python -m accel.lab` (and `accel lab`, which execs it): the lab's command line.
 
-    run SUITE --db URL [--select LABEL=VALUE]... [--one-per LABEL] [--commit SHA] [--address A]
+    run SUITE --db URL [--select LABEL=VALUE]... [--one-per LABEL] [--commit SHA] [--pages DIR]
     cancel RUN --db URL
     validate SUITE...
     analyze --db URL [--owners FILE] [--prices FILE] [--suite FILE]... [--stale-days N] [--json]
-    serve --db URL [--listen HOST:PORT] [--token-file F] [--allow-host NAME]... [--owners FILE]
-    repro RUN --db URL [--on-node] [--all]
-    submit RESULTS.json... --db URL
+    pages --db URL --out DIR [--owners FILE] [--suite FILE]... [--every SECONDS]
+    repro RUN --db URL [--all] [--on-node --suite FILE]
+    submit RESULTS.json... --db URL [--ca-file CA.pem] [--pages DIR]
+    quarantine --db URL [NODE[/DEVICE] --reason TEXT [--owner WHO]]
+    release NODE[/DEVICE] --db URL [--by WHO] [--pages DIR]
+    bisect CHECK --good A --bad B --suite FILE --db URL [--repo DIR] [--node NODE] [--series S]
+    grant-submit ROLE --db URL
+    log RESULT --db URL
+
+The pages are files; `accel agent --lab-pages DIR` serves them (docs/lab.md).
 
 Exit status: 0 success (every check passed or was skipped), 1 a check failed or an infra
 failure remained, or findings (`analyze`: failures, regressions, flaky or stale entries),
@@ -27,10 +34,11 @@ import time
 from typing import Any, Callable
 
 from ._analysis import DEFAULT_STALE_DAYS, Owners, OwnersError, analyze, load_owners, load_prices
-from ._run import RunError, Summary, cancel_run, commit_of, parse_selectors, run_suite
+from ._bisect import BisectError, bisect
+from ._pages import render
 from ._repro import ReproError, report, rerun_on_nodes
-from ._serve import ServeError, make_server, serve
-from ._store import DocumentError, StoreError, open_store, redact_url
+from ._run import RunError, Summary, cancel_run, commit_of, parse_selectors, run_suite
+from ._store import DocumentError, Store, StoreError, display_url, load_json, open_store
 from ._suite import SuiteError, load_suite
 
 PROG = "accel lab"
@@ -110,8 +118,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, previous)
             ray.shutdown()
     print(f"run {summary.run_id}: {summary.state}; {_counts(summary.counts)}")
+    _render_after(args)
     bad = sum(summary.counts.get(v, 0) for v in ("fail", "error", "infra"))
     return 1 if bad or summary.state != "done" else 0
+
+
+def _render_after(args: argparse.Namespace) -> None:
+    """`--pages DIR`: the pages again, after a write (what is there for the agent to serve)."""
+    if getattr(args, "pages", None):
+        with open_store(args.db) as store:
+            render(store, args.pages, db_label=display_url(args.db), owners=load_owners(args.owners) if getattr(args, "owners", None) else Owners(), direction=_direction(getattr(args, "suite_files", [])))
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -155,17 +171,19 @@ def _direction(paths: list[str]) -> Callable[[str, str, str], str]:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     owners = load_owners(args.owners) if args.owners else Owners()
     prices = load_prices(args.prices) if args.prices else None
-    direction = _direction(args.suite)
+    direction = _direction(args.suite_files)
     with open_store(args.db) as store:
         since = time.time() - args.window_days * 86400.0 if args.window_days else None
         results = store.results(since=since)
-    report = analyze(results, owners, now=time.time(), stale_days=args.stale_days, prices=prices, direction=direction)
+        held = store.quarantined()
+    report = analyze(results, owners, now=time.time(), stale_days=args.stale_days, prices=prices, direction=direction, quarantine=held)
     doc = report.to_json()
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
         _print_report(doc)
-    findings = doc["failures"] or [r for r in doc["regressions"] if r["regression"]] or doc["flaky"] or doc["stale"]
+    open_tickets = [t for t in doc["tickets"] if t["state"] == "open"]
+    findings = doc["failures"] or [r for r in doc["regressions"] if r["regression"]] or doc["flaky"] or doc["stale"] or doc["quarantine"] or open_tickets
     return 1 if findings else 0
 
 
@@ -174,9 +192,19 @@ def _owners(entry: dict[str, Any]) -> str:
 
 
 def _print_report(doc: dict[str, Any]) -> None:
+    c = doc["classes"]
+    print(f"failed or infra results ({c['total']}): " + ", ".join(f"{k} {c['counts'][k]} ({c['fractions'][k]:.0%})" for k in ("hardware", "infrastructure", "code", "unclassified")))
+    print(f"quarantine ({len(doc['quarantine'])}):")
+    for q in doc["quarantine"]:
+        print(f"  {q['node']}{'/' + q['device'] if q['device'] else ''}: {q['reason']}; owner: {q['owner'] or 'no owner'}")
+    print(f"tickets ({sum(t['state'] == 'open' for t in doc['tickets'])} open):")
+    for t in doc["tickets"]:
+        closed = f", closed at {t['closed_commit']}" if t["state"] == "closed" else ""
+        print(f"  {t['id']} {t['state']}: {t['suite']}/{t['check']} on {t['sku'] or '?'} since {t['streak_start_commit']} ({t['failures']} failing runs, {t['flips']} flips{closed}); owner: {_owners(t)}")
     print(f"failures ({len(doc['failures'])}):")
     for f in doc["failures"]:
-        print(f"  {f['suite']}/{f['check']}{'/' + f['case'] if f['case'] else ''} on {f['sku'] or '?'} ({f['node']}): {f['verdict']} at {f['commit']}; owner: {_owners(f)}")
+        cls = f" [{f['failure_class']}: {f['why']}]" if f["failure_class"] else ""
+        print(f"  {f['suite']}/{f['check']}{'/' + f['case'] if f['case'] else ''} on {f['sku'] or '?'} ({f['node']}): {f['verdict']} at {f['commit']}{cls}; owner: {_owners(f)}")
     print(f"regressions ({sum(r['regression'] for r in doc['regressions'])}):")
     for r in doc["regressions"]:
         kind = "regression" if r["regression"] else "improvement"
@@ -196,32 +224,33 @@ def _print_report(doc: dict[str, Any]) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    return _error(
+        "`accel lab serve` is gone: the lab has no HTTP server of its own. Render the pages with "
+        "`accel lab pages --db URL --out DIR [--every 60]` and serve them with `accel agent --lab-pages DIR` "
+        "(docs/lab.md); submit results over the network with a PostgreSQL role that may only submit "
+        "(`accel lab grant-submit ROLE`)"
+    )
+
+
+def _cmd_pages(args: argparse.Namespace) -> int:
     owners = load_owners(args.owners) if args.owners else Owners()
-    direction = _direction(args.suite)
-    if not 1 <= args.refresh <= 86400:
-        return _error(f"--refresh {args.refresh:g} is not between 1 and 86400 seconds")
+    direction = _direction(args.suite_files)
+    if args.every is not None and not 1 <= args.every <= 86400:
+        return _error(f"--every {args.every:g} is not between 1 and 86400 seconds")
     with open_store(args.db) as store:
-        srv, analysis = make_server(
-            store,
-            redact_url(args.db),
-            listen=args.listen,
-            token_file=args.token_file,
-            allow_hosts=tuple(args.allow_host),
-            owners=owners,
-            direction=direction,
-            window_days=args.window_days,
-            stale_days=args.stale_days,
-        )
-
-        def stop(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGTERM, stop)
-        try:
-            serve(srv, analysis, args.refresh)
-        except KeyboardInterrupt:
-            pass
-    return 0
+        label = display_url(args.db)
+        seen: tuple[int, float] | None = None
+        last = 0.0
+        while True:
+            change = store.latest_change()
+            # Again when the store changed, and at least every ten rounds (the window moves).
+            if change != seen or time.monotonic() - last > 10 * (args.every or 0):
+                report = render(store, args.out, db_label=label, owners=owners, direction=direction, window_days=args.window_days, stale_days=args.stale_days)
+                seen, last = change, time.monotonic()
+                print(f"pages: {args.out} ({len(report.failures)} failures, {sum(t.state == 'open' for t in report.tickets)} open tickets, {len(report.quarantine)} quarantined)", flush=True)
+            if args.every is None:
+                return 0
+            time.sleep(args.every)
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:
@@ -230,11 +259,14 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         if args.on_node:
             import ray
 
+            if not args.suite_file:
+                return _error("--on-node runs the checks of a suite file you name, never the stored commands: add --suite FILE")
+            suite = load_suite(args.suite_file)
             if store.run(args.run) is None:
                 return _error(f"no run {args.run!r} in the store")
             _connect(args.address)
             try:
-                summaries = rerun_on_nodes(store, args.run, everything=args.all)
+                summaries = rerun_on_nodes(store, args.run, suite, everything=args.all)
             finally:
                 ray.shutdown()
             if not summaries:
@@ -252,16 +284,90 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     for path in args.results:
         try:
             with open(path, encoding="utf-8") as f:
-                docs.append((path, json.load(f)))
-        except (OSError, ValueError) as e:
+                docs.append((path, load_json(f.read())))
+        except OSError as e:
+            return _error(f"{path}: cannot read results: {e.strerror}")
+        except DocumentError as e:
             return _error(f"{path}: cannot read results: {e}")
-    with open_store(args.db) as store:
+    with open_store(args.db, ca_file=args.ca_file) as store:
         for path, doc in docs:
             try:
                 run_id = store.ingest(doc)
             except DocumentError as e:
                 return _error(f"{path}: {e} (nothing of this file was stored)")
             print(f"{path}: stored run {run_id} ({len(doc['results'])} results)")
+    _render_after(args)
+    return 0
+
+
+def _cmd_log(args: argparse.Namespace) -> int:
+    with open_store(args.db) as store:
+        r = store.result(args.result)
+    if r is None:
+        return _error(f"no result {args.result!r} in the store")
+    sys.stdout.write(r["log"] if r["log"].endswith("\n") or not r["log"] else r["log"] + "\n")
+    return 0
+
+
+def _target(text: str) -> tuple[str, str | None]:
+    node, sep, device = text.partition("/")
+    if not node or (sep and not device):
+        raise RunError(f"{text!r}: expected NODE or NODE/DEVICE")
+    return node, device if sep else None
+
+
+def _cmd_quarantine(args: argparse.Namespace) -> int:
+    with open_store(args.db) as store:
+        if args.target:
+            if not args.reason:
+                return _error("quarantining by hand needs --reason TEXT")
+            node, device = _target(args.target)
+            made = store.quarantine(node, device or "", args.reason, args.owner)
+            print(f"{args.target}: quarantined" if made else f"{args.target}: quarantined already")
+        entries = store.quarantined()
+    for q in entries:
+        print(f"{q['node']}{'/' + q['device'] if q['device'] else ''}: since {time.strftime('%Y-%m-%d %H:%M', time.gmtime(q['since']))} UTC; {q['reason']}; owner: {q['owner'] or 'no owner'}")
+    if not entries:
+        print("nothing is quarantined")
+    _render_after(args)
+    return 0
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    node, device = _target(args.target)
+    with open_store(args.db) as store:
+        n = store.release(node, device, args.by)
+    if not n:
+        print(f"{args.target}: not quarantined (nothing to release)")
+        return 1
+    print(f"{args.target}: released ({n} quarantine {'entry' if n == 1 else 'entries'}); its checks are dispatched again")
+    _render_after(args)
+    return 0
+
+
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    import ray
+
+    suite = load_suite(args.suite_file)
+    with open_store(args.db) as store:
+        _connect(args.address)
+        try:
+            doc = bisect(store, suite, args.check, args.good, args.bad, repo=args.repo, node=args.node, series=args.series)
+        finally:
+            ray.shutdown()
+    ev = doc["evidence"]
+    if doc["first_bad"]:
+        print(f"first bad commit: {doc['first_bad']} (last good {ev['last_good']}) for {args.check} on {doc['node']}" + (f", peers {', '.join(ev['peers'])} {'agree' if ev['peers_agree'] else 'disagree'}" if ev["peers"] else ""))
+    else:
+        print(f"no single first bad commit between {ev['last_good']} and {args.bad}: steps were skipped")
+    _render_after(args)
+    return 0 if doc["first_bad"] else 1
+
+
+def _cmd_grant_submit(args: argparse.Namespace) -> int:
+    with open_store(args.db) as store:
+        store.grant_submit(args.role)
+    print(f"role {args.role} may now submit to {display_url(args.db)} (INSERT on runs, results and fingerprints) and read or change nothing")
     return 0
 
 
@@ -277,7 +383,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--commit", help="the commit under test (default: git rev-parse HEAD here)")
     r.add_argument("--lab", default="", help="the lab's name, recorded with the run")
     r.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
-    r.set_defaults(func=_cmd_run)
+    r.add_argument("--pages", metavar="DIR", help="render the lab's pages into DIR afterwards (accel agent --lab-pages DIR serves them)")
+    r.add_argument("--owners", help="the owners file (TOML), for the pages")
+    r.set_defaults(func=_cmd_run, suite_files=[])
     c = sub.add_parser("cancel", help="cancel a running run")
     c.add_argument("run")
     c.add_argument("--db", required=True)
@@ -289,45 +397,84 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--db", required=True)
     a.add_argument("--owners", help="the owners file (TOML)")
     a.add_argument("--prices", help="price per node-hour by SKU (TOML)")
-    a.add_argument("--suite", action="append", default=[], help="suite files, for each benchmark's better direction")
+    a.add_argument("--suite", dest="suite_files", action="append", default=[], help="suite files, for each benchmark's better direction")
     a.add_argument("--stale-days", type=float, default=DEFAULT_STALE_DAYS)
     a.add_argument("--window-days", type=float, default=0.0, help="only results this recent (0: all)")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=_cmd_analyze)
-    w = sub.add_parser("serve", help="the lab's page (matrix, history, findings, logs) and POST /v1/submit")
-    w.add_argument("--db", required=True)
-    w.add_argument("--listen", default="127.0.0.1:9478", help="HOST:PORT (another address than loopback needs --token-file)")
-    w.add_argument("--token-file", help="bearer token file (mode 600): needed for pages off loopback and for submitting")
-    w.add_argument("--allow-host", action="append", default=[], help="also answer requests for this Host name (repeatable)")
-    w.add_argument("--owners", help="the owners file (TOML)")
-    w.add_argument("--suite", action="append", default=[], help="suite files, for each benchmark's better direction")
-    w.add_argument("--window-days", type=float, default=30.0, help="the analysis covers this many days (0: all)")
-    w.add_argument("--stale-days", type=float, default=DEFAULT_STALE_DAYS)
-    w.add_argument("--refresh", type=float, default=60.0, help="seconds between analyses")
-    w.set_defaults(func=_cmd_serve)
+    sub.add_parser("serve", help="removed: see `pages` and `accel agent --lab-pages`")
+    g = sub.add_parser("pages", help="render the lab's pages (matrix, findings, tickets, trends, runs, logs) into a directory for `accel agent --lab-pages`")
+    g.add_argument("--db", required=True)
+    g.add_argument("--out", required=True, metavar="DIR", help="the pages directory (created 0755; files 0644)")
+    g.add_argument("--owners", help="the owners file (TOML)")
+    g.add_argument("--suite", dest="suite_files", action="append", default=[], help="suite files, for each benchmark's better direction")
+    g.add_argument("--window-days", type=float, default=30.0, help="the analysis covers this many days (0: all)")
+    g.add_argument("--stale-days", type=float, default=DEFAULT_STALE_DAYS)
+    g.add_argument("--every", type=float, metavar="SECONDS", help="keep rendering: whenever the store changed, checked every SECONDS")
+    g.set_defaults(func=_cmd_pages)
     p_repro = sub.add_parser("repro", help="what differs from a run's environment here, and the commands that run its failing checks again")
     p_repro.add_argument("run")
     p_repro.add_argument("--db", required=True)
     p_repro.add_argument("--all", action="store_true", help="every check of the run, not only those that did not pass")
-    p_repro.add_argument("--on-node", action="store_true", help="run them again on the same nodes through Ray (results as new runs)")
+    p_repro.add_argument("--on-node", action="store_true", help="run them again on the same nodes through Ray (results as new runs), as --suite FILE defines them")
+    p_repro.add_argument("--suite", dest="suite_file", metavar="FILE", help="with --on-node: the suite file whose checks run (never the stored commands)")
     p_repro.add_argument("--address", default="auto", help="the Ray cluster, with --on-node")
     p_repro.add_argument("--sample", help="compare against an embedded sample machine instead of this one")
     p_repro.add_argument("--root", help="compare against a captured machine instead of this one")
     p_repro.set_defaults(func=_cmd_repro)
     s = sub.add_parser("submit", help="store results documents made outside Ray (docs/lab.md)")
     s.add_argument("results", nargs="+")
-    s.add_argument("--db", required=True)
-    s.set_defaults(func=_cmd_submit)
+    s.add_argument("--db", required=True, help="the store; a PostgreSQL role that may only submit is enough (grant-submit); no password here: ~/.pgpass, PGPASSFILE or PGPASSWORD")
+    s.add_argument("--ca-file", metavar="CA.pem", help="verify the PostgreSQL server's certificate against this CA (sslmode=verify-full)")
+    s.add_argument("--pages", metavar="DIR", help="render the lab's pages into DIR afterwards")
+    s.add_argument("--owners", help="the owners file (TOML), for the pages")
+    s.set_defaults(func=_cmd_submit, suite_files=[])
+    q = sub.add_parser("quarantine", help="list quarantined nodes and devices, or quarantine one by hand")
+    q.add_argument("target", nargs="?", metavar="NODE[/DEVICE]")
+    q.add_argument("--db", required=True)
+    q.add_argument("--reason", help="why (with NODE[/DEVICE])")
+    q.add_argument("--owner", default="", help="who may release it")
+    q.add_argument("--pages", metavar="DIR", help="render the lab's pages into DIR afterwards")
+    q.set_defaults(func=_cmd_quarantine, suite_files=[], owners=None)
+    rel = sub.add_parser("release", help="end a node's or a device's quarantine: its checks are dispatched again")
+    rel.add_argument("target", metavar="NODE[/DEVICE]", help="a node (and every device of it) or one device (its id, as the page names it)")
+    rel.add_argument("--db", required=True)
+    rel.add_argument("--by", default=os.environ.get("USER", ""), help="who released it (recorded)")
+    rel.add_argument("--pages", metavar="DIR", help="render the lab's pages into DIR afterwards")
+    rel.set_defaults(func=_cmd_release, suite_files=[], owners=None)
+    b = sub.add_parser("bisect", help="the first commit at which a check went bad, through Ray")
+    b.add_argument("check")
+    b.add_argument("--good", required=True, help="a commit where the check is good")
+    b.add_argument("--bad", required=True, help="a later commit where it is bad")
+    b.add_argument("--suite", dest="suite_file", required=True, metavar="FILE", help="the suite file (its setup command builds each commit)")
+    b.add_argument("--db", required=True)
+    b.add_argument("--repo", default=".", help="the git repository the commits are in (default: here)")
+    b.add_argument("--node", help="the node to bisect on (default: where the check last failed)")
+    b.add_argument("--series", help="a benchmark's series to bisect (default: its first)")
+    b.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
+    b.add_argument("--pages", metavar="DIR", help="render the lab's pages into DIR afterwards")
+    b.set_defaults(func=_cmd_bisect, suite_files=[], owners=None)
+    lg = sub.add_parser("log", help="print a result's stored log")
+    lg.add_argument("result", help="the result's id (the pages name it)")
+    lg.add_argument("--db", required=True)
+    lg.set_defaults(func=_cmd_log)
+    gs = sub.add_parser("grant-submit", help="let a PostgreSQL role submit results and nothing else")
+    gs.add_argument("role")
+    gs.add_argument("--db", required=True, help="the store, as its owner")
+    gs.set_defaults(func=_cmd_grant_submit)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # gone: say what replaced it, whatever its old arguments were
+        return _cmd_serve(argparse.Namespace())
     args = parser().parse_args(argv)
     try:
         rc: int = args.func(args)
         return rc
-    except (SuiteError, DocumentError, StoreError, OwnersError, RunError, ServeError, ReproError) as e:
+    except (SuiteError, DocumentError, StoreError, OwnersError, RunError, ReproError, BisectError) as e:
         return _error(str(e))
     except KeyboardInterrupt:
         return 130

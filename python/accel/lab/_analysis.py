@@ -18,7 +18,17 @@ owners table and a clock; no IO but reading the owners and price files.
 - **Owners** (`load_owners`, TOML): maintainers by SKU, then family, then plugin (vendor),
   then `default`; every failure and stale entry names its owner.
 - **Capacity**: node-hours per SKU, queue wait (start minus queue time), and cost from an
-  optional price table (per node-hour, by SKU)."""
+  optional price table (per node-hour, by SKU).
+- **Tickets**: one per (suite, check, SKU) failure streak, with its start, the last success,
+  the pass/fail flips in the window and the owner; open while the streak lasts, closed by the
+  first run in which every node of the SKU that ran the check passed it cleanly (a pass after a
+  re-run is flaky and closes nothing).
+- **Trends**: each benchmark series per node with its noise band (the median and the spread of
+  the last `TREND_K` values before the latest: 1.4826 x the median absolute deviation, at least
+  1% of the median); the latest value outside median +/- 3 spreads is out of band, in the
+  check's worse direction a regression by the band, reported beside the change-point test.
+- **Classes**: how failed and infra results divide among hardware, infrastructure and code
+  (`_triage.shares`)."""
 
 from __future__ import annotations
 
@@ -34,6 +44,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from . import _triage
+
 DEFAULT_ALPHA = 0.01
 DEFAULT_PERMUTATIONS = 199
 DEFAULT_MIN_SIZE = 3
@@ -42,6 +54,8 @@ DEFAULT_STALE_DAYS = 7.0
 MAX_DEPTH = 8  # splits of splits: at most 2**8 segments per series
 MAX_POINTS = 300  # the latest commits of a series that are searched (the statistic is O(n^2))
 CHECK_VERDICTS = ("pass", "fail", "error")  # the check's own verdicts (not infra, skip, cancelled)
+TREND_K = 10
+BAND_SPREADS = 3.0
 
 
 class OwnersError(ValueError):
@@ -177,7 +191,7 @@ def flaky(results: Iterable[dict[str, Any]], owners: Owners = Owners()) -> list[
     out = []
     for (suite, check, case, commit, env), rs in sorted(groups.items()):
         passes = sum(r["verdict"] == "pass" for r in rs)
-        if 0 < passes < len(rs):
+        if 0 < passes < len(rs) or any(r.get("flaky") for r in rs):
             last = rs[-1]
             out.append(
                 Flaky(
@@ -282,10 +296,13 @@ def regressions(
     permutations: int = DEFAULT_PERMUTATIONS,
     min_size: int = DEFAULT_MIN_SIZE,
     min_change: float = DEFAULT_MIN_CHANGE,
+    cache: dict[str, list[list[float]]] | None = None,
 ) -> list[Change]:
     """Significant changes in every benchmark series, regressions and improvements alike
     (`Change.regression` tells them apart); `direction(suite, check, series)` says which way
-    is good ("higher" or "lower"). Deterministic: each series seeds its own permutations."""
+    is good ("higher" or "lower"). Deterministic: each series seeds its own permutations, so
+    the change points of a series whose values did not change can come from `cache` (keyed by
+    a digest of the series and the test's settings; filled as they are found)."""
     per_commit: dict[tuple[str, str, str, str], dict[str, list[float]]] = defaultdict(dict)
     meta: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for r in sorted(results, key=lambda r: (r["started_at"], r["id"])):
@@ -301,8 +318,15 @@ def regressions(
         commits = list(commits_values)[-MAX_POINTS:]  # dicts keep insertion order: first run of each commit
         values = np.array([float(np.median(commits_values[c])) for c in commits])
         seed = int.from_bytes(hashlib.sha256("\0".join(key).encode()).digest()[:8], "little")
-        found: list[tuple[int, float]] = []
-        _segments(values, 0, len(values), 0, found, alpha=alpha, permutations=permutations, min_size=min_size, rng=np.random.default_rng(seed))
+        digest = hashlib.sha256(json.dumps([key, values.tolist(), alpha, permutations, min_size]).encode()).hexdigest()
+        found: list[tuple[int, float]]
+        if cache is not None and digest in cache:
+            found = [(int(c), float(p)) for c, p in cache[digest]]
+        else:
+            found = []
+            _segments(values, 0, len(values), 0, found, alpha=alpha, permutations=permutations, min_size=min_size, rng=np.random.default_rng(seed))
+            if cache is not None:
+                cache[digest] = [[c, p] for c, p in found]
         cuts = sorted(found)
         bounds = [0] + [c for c, _ in cuts] + [len(values)]
         last = meta[key]
@@ -352,6 +376,8 @@ class Failure:
     result_id: str
     message: str
     owners: tuple[str, ...]
+    failure_class: str = ""
+    why: str = ""
 
 
 def failures(results: Iterable[dict[str, Any]], owners: Owners = Owners()) -> list[Failure]:
@@ -373,6 +399,8 @@ def failures(results: Iterable[dict[str, Any]], owners: Owners = Owners()) -> li
             result_id=r["id"],
             message=r.get("message", ""),
             owners=owners.of(sku=k[3], family=r.get("family", ""), vendor=r.get("vendor", "")),
+            failure_class=r.get("failure_class", "") or "",
+            why=str((r.get("evidence") or {}).get("why", "")),
         )
         for k, r in sorted(latest.items())
         if r["verdict"] != "pass"
@@ -461,6 +489,133 @@ def capacity(results: Iterable[dict[str, Any]], prices: dict[str, float] | None 
 
 
 @dataclasses.dataclass(frozen=True)
+class Ticket:
+    """A failure streak of one check on one SKU: open while it lasts, closed by a clean pass."""
+
+    id: str
+    suite: str
+    check: str
+    sku: str
+    state: str  # "open" or "closed"
+    streak_start: float
+    streak_start_commit: str
+    last_success: float | None
+    closed_at: float | None
+    closed_commit: str
+    flips: int  # pass <-> fail changes over the window
+    failures: int
+    latest_run: str
+    owners: tuple[str, ...]
+
+
+def tickets(results: Iterable[dict[str, Any]], owners: Owners = Owners()) -> list[Ticket]:
+    """Every failure streak per (suite, check, SKU) in the results, open or closed. A run counts
+    as failing when any node of the SKU failed the check (fail or error), as green when every
+    node that ran it passed without a re-run; a run with only flaky passes or infra counts as
+    neither."""
+    runs: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in sorted(results, key=lambda r: (r["started_at"], r["id"])):
+        if r["verdict"] not in CHECK_VERDICTS:
+            continue
+        key = (r["suite"], r["check_name"], r.get("sku", ""))
+        run = runs[key].setdefault(r["run_id"], {"at": r["started_at"], "commit": r["commit_sha"], "fail": False, "clean": True, "meta": r})
+        if r["verdict"] in ("fail", "error"):
+            run["fail"] = True
+        if r["verdict"] != "pass" or r.get("flaky"):
+            run["clean"] = False
+    out = []
+    for (suite, check, sku), by_run in sorted(runs.items()):
+        ordered = sorted(by_run.items(), key=lambda kv: kv[1]["at"])
+        flips, previous = 0, None
+        last_success: float | None = None
+        streak: dict[str, Any] | None = None
+        meta = ordered[-1][1]["meta"]
+        people = owners.of(sku=sku, family=meta.get("family", ""), vendor=meta.get("vendor", ""))
+        for run_id, run in ordered:
+            state = "fail" if run["fail"] else "pass" if run["clean"] else None
+            if state is None:
+                continue
+            if previous is not None and state != previous:
+                flips += 1
+            previous = state
+            if state == "fail":
+                if streak is None:
+                    streak = {"start": run["at"], "commit": run["commit"], "run": run_id, "failures": 0, "last_success": last_success}
+                streak["failures"] += 1
+                streak["latest"] = run_id
+            else:
+                if streak is not None:
+                    out.append(_ticket(suite, check, sku, streak, closed=(run["at"], run["commit"]), flips=flips, owners=people))
+                    streak = None
+                last_success = run["at"]
+        if streak is not None:
+            out.append(_ticket(suite, check, sku, streak, closed=None, flips=flips, owners=people))
+    return out
+
+
+def _ticket(suite: str, check: str, sku: str, streak: dict[str, Any], *, closed: tuple[float, str] | None, flips: int, owners: tuple[str, ...]) -> Ticket:
+    tid = hashlib.sha256("\0".join((suite, check, sku, streak["run"])).encode()).hexdigest()[:12]
+    return Ticket(
+        id=tid,
+        suite=suite,
+        check=check,
+        sku=sku,
+        state="open" if closed is None else "closed",
+        streak_start=streak["start"],
+        streak_start_commit=streak["commit"],
+        last_success=streak["last_success"],
+        closed_at=closed[0] if closed else None,
+        closed_commit=closed[1] if closed else "",
+        flips=flips,
+        failures=streak["failures"],
+        latest_run=streak["latest"],
+        owners=owners,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Trend:
+    """A benchmark series on one node, with its noise band."""
+
+    suite: str
+    check: str
+    series: str
+    sku: str
+    node: str
+    points: tuple[tuple[float, float, str], ...]  # (time, value, commit), oldest first
+    median: float | None  # of the last TREND_K values before the latest
+    spread: float | None
+    latest: float
+    out_of_band: bool
+    regression: bool  # out of band in the worse direction
+    better: str
+
+
+def trends(results: Iterable[dict[str, Any]], *, direction: Callable[[str, str, str], str] = lambda s, c, x: "lower", k: int = TREND_K) -> list[Trend]:
+    """Every benchmark series per node with its noise band (see the module's documentation)."""
+    series: dict[tuple[str, str, str, str, str], list[tuple[float, float, str]]] = defaultdict(list)
+    for r in sorted(results, key=lambda r: (r["started_at"], r["id"])):
+        if r["kind"] != "benchmark" or r["verdict"] != "pass" or not r.get("series"):
+            continue
+        for name, value in r["series"].items():
+            series[(r["suite"], r["check_name"], name, r.get("sku", ""), r["node"])].append((float(r["started_at"]), float(value), r["commit_sha"]))
+    out = []
+    for (suite, check, name, sku, node), points in sorted(series.items()):
+        window = np.array([v for _, v, _ in points[-k - 1 : -1]])
+        latest = points[-1][1]
+        better = direction(suite, check, name)
+        median = spread = None
+        out_of_band = regression = False
+        if len(window) >= 3:
+            median = float(np.median(window))
+            spread = max(1.4826 * float(np.median(np.abs(window - median))), 0.01 * abs(median))
+            out_of_band = abs(latest - median) > BAND_SPREADS * spread
+            regression = out_of_band and ((latest < median) if better == "higher" else (latest > median))
+        out.append(Trend(suite, check, name, sku, node, tuple(points), median, spread, latest, out_of_band, regression, better))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     """Everything `analyze` finds."""
 
@@ -469,10 +624,17 @@ class Report:
     failures: list[Failure]
     stale: list[Stale]
     capacity: list[Capacity]
+    tickets: list[Ticket] = dataclasses.field(default_factory=list)
+    trends: list[Trend] = dataclasses.field(default_factory=list)
+    classes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    quarantine: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (lists of objects)."""
-        doc = {f.name: [dataclasses.asdict(x) for x in getattr(self, f.name)] for f in dataclasses.fields(self)}
+        doc: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            doc[f.name] = [dataclasses.asdict(x) if dataclasses.is_dataclass(x) and not isinstance(x, type) else x for x in value] if isinstance(value, list) else value
         out: dict[str, Any] = json.loads(json.dumps(doc))  # tuples become lists
         return out
 
@@ -487,12 +649,20 @@ def analyze(
     direction: Callable[[str, str, str], str] = lambda suite, check, series: "lower",
     alpha: float = DEFAULT_ALPHA,
     permutations: int = DEFAULT_PERMUTATIONS,
+    quarantine: list[dict[str, Any]] | None = None,
+    cache: dict[str, list[list[float]]] | None = None,
 ) -> Report:
-    """Every detector over one list of results."""
+    """Every detector over one list of results (and the quarantine entries in force). A
+    bisect's steps are runs of past commits: they are its evidence, not the checks' state."""
+    results = [r for r in results if r.get("run_source") != "bisect"]
     return Report(
         flaky=flaky(results, owners),
-        regressions=regressions(results, owners, direction=direction, alpha=alpha, permutations=permutations),
+        regressions=regressions(results, owners, direction=direction, alpha=alpha, permutations=permutations, cache=cache),
         failures=failures(results, owners),
         stale=stale(results, owners, now=now, days=stale_days),
         capacity=capacity(results, prices),
+        tickets=tickets(results, owners),
+        trends=trends(results, direction=direction),
+        classes=_triage.shares(results),
+        quarantine=list(quarantine or []),
     )

@@ -4,9 +4,13 @@ through Ray.
 
 The fingerprints are taken and compared by the Rust rules `accel env --json` and `accel env diff`
 use, called in process (`accel._native.env_json`, `env_diff`): the lab keeps no second copy of
-those rules and never runs the `accel` binary (which runs the lab: no loop). The
-commands come from the suite stored with the run (its checks as they were), not from a suite
-file that may have changed since."""
+those rules and never runs the `accel` binary (which runs the lab: no loop).
+
+Stored data is data. The commands printed come from the suite stored with the run, read back
+through the suite file's own rules, and every part of every shell line (each `NAME=value`, each
+argument) is quoted, so pasting them runs the check and nothing else. `--on-node` never runs
+what the store says: it runs the checks of a suite file the operator names (`--suite FILE`),
+by the names of the run's failing checks, and says where the stored commands differ."""
 
 from __future__ import annotations
 
@@ -52,18 +56,22 @@ def env_diff(accel: str, stored: dict[str, Any], here: dict[str, Any]) -> tuple[
 def check_command(check: Check, commit: str) -> str:
     """The shell lines that run `check` by hand as the lab does: a fresh directory, the
     lab's variables, its timeout."""
-    env = [f"{k}={shlex.quote(v)}" for k, v in check.env]
-    lab_env = ["ACCEL_LAB_OUT=\"$d/out\"", f"ACCEL_LAB_CHECK={shlex.quote(check.name)}", f"ACCEL_LAB_COMMIT={shlex.quote(commit)}", "ACCEL_LAB_NODE=\"$(hostname)\"", "ACCEL_LAB_RUN=repro"]
+    env = [shlex.quote(f"{k}={v}") for k, v in check.env]
+    lab_env = ["ACCEL_LAB_OUT=\"$d/out\"", shlex.quote(f"ACCEL_LAB_CHECK={check.name}"), shlex.quote(f"ACCEL_LAB_COMMIT={commit}"), "ACCEL_LAB_NODE=\"$(hostname)\"", "ACCEL_LAB_RUN=repro"]
     run = " ".join(["env", *lab_env, *env, "timeout", "-k", "5", f"{check.timeout_s:g}", shlex.join(check.command)])
+    if check.setup:
+        setup = " ".join(["env", *lab_env, *env, "timeout", "-k", "5", f"{check.timeout_s:g}", shlex.join(check.setup)])
+        run = f"{setup} && {run}"
     return f'd=$(mktemp -d) && mkdir "$d/out" "$d/work" && (cd "$d/work" && {run}); echo "exit status $?; results in $d/out"'
 
 
 def stored_suite(run: dict[str, Any]) -> Suite:
-    """The suite a run ran, as stored with it."""
+    """The suite a run ran, as stored with it, through the suite file's rules (a stored suite
+    that breaks them is an error, never a command)."""
     if not run.get("suite_doc"):
         raise ReproError(f"run {run['id']} has no stored suite (submitted from outside the lab?): no commands to give")
     try:
-        return suite_from_json(run["suite_doc"])
+        return suite_from_json(run["suite_doc"], f"run {run['id']}: the stored suite")
     except SuiteError as e:
         raise ReproError(str(e)) from None
 
@@ -106,7 +114,7 @@ def report(store: Store, run_id: str, *, accel: str, source: list[str], everythi
         lines.append("every check passed or was skipped: nothing to reproduce (--all gives every check's command)")
         return "\n".join(lines) + "\n"
     suite = stored_suite(run)
-    lines.append(f"git checkout {shlex.quote(run['commit_sha'])}")
+    lines.append(f"git checkout {shlex.quote(run['commit_sha'])}  # {'lab-dispatched' if run['source'] in ('ray', 'repro', 'bisect') else 'submitted'} run: read every line before pasting it")
     seen: set[str] = set()
     for check_name, node, verdict, _ in todo:
         try:
@@ -114,31 +122,54 @@ def report(store: Store, run_id: str, *, accel: str, source: list[str], everythi
         except SuiteError:
             lines.append(f"# {check_name}: not in the stored suite")
             continue
-        lines.append(f"# {check_name} ({verdict} on {node})")
+        lines.append(f"# {check_name} ({verdict} on {node!r})")
         if check_name not in seen:
             lines.append(check_command(check, run["commit_sha"]))
             seen.add(check_name)
     lines.append("")
-    lines.append(f"# on the same nodes, through Ray: accel lab repro {run_id} --db <URL> --on-node")
+    lines.append(f"# on the same nodes, through Ray: accel lab repro {run_id} --db <URL> --on-node --suite SUITE.toml")
     return "\n".join(lines) + "\n"
 
 
-def rerun_on_nodes(store: Store, run_id: str, *, everything: bool = False) -> list[Any]:
+def rerun_on_nodes(store: Store, run_id: str, suite: Suite, *, everything: bool = False, say: Any = print) -> list[Any]:
     """Runs the run's failing checks again on the nodes they failed on, through the connected
-    Ray cluster; one new run per node (source `repro`). Returns their summaries."""
-    from ._run import NODE_LABEL, run_suite
+    Ray cluster; one new run per node (source `repro`). The commands are `suite`'s (a file the
+    operator named), never the stored ones: a failing check the file lacks is skipped, and one
+    whose stored command differs from the file's is said so. Returns the new runs' summaries."""
+    from ._run import NODE_LABEL, lab_nodes, run_suite
 
     run = store.run(run_id)
     if run is None:
         raise ReproError(f"no run {run_id!r} in the store")
-    suite = stored_suite(run)
+    if suite.name != run["suite"]:
+        raise ReproError(f"run {run_id} ran suite {run['suite']!r}; --suite names {suite.name!r}")
+    try:
+        stored: Suite | None = stored_suite(run)
+    except ReproError:
+        stored = None
     per_node: dict[str, list[str]] = {}
     for check_name, node, _, _ in failing(store, run_id, everything):
         if node != "-" and check_name not in per_node.setdefault(node, []):
             per_node[node].append(check_name)
+    known = {c.name: c for c in suite.checks}
+    for name in sorted({n for names in per_node.values() for n in names}):
+        if name not in known:
+            say(f"# {name}: not in the suite file; not run")
+            continue
+        try:
+            then = stored.check(name) if stored else None
+        except SuiteError:
+            then = None
+        if then is not None and (then.command, then.env, then.setup) != (known[name].command, known[name].env, known[name].setup):
+            say(f"# {name}: the stored command differs from the suite file's; running the file's: {shlex.join(known[name].command)}")
+    alive = lab_nodes()
     summaries = []
     for node, names in sorted(per_node.items()):
-        subset = Suite(name=suite.name, version=suite.version, description=suite.description, checks=tuple(c for c in suite.checks if c.name in names))
+        if node not in alive:
+            # A stored name is data: it is only ever compared with the live nodes' own names.
+            say(f"# {node!r}: no such lab node is alive; not run there")
+            continue
+        subset = Suite(name=suite.name, version=suite.version, description=suite.description, checks=tuple(c for c in suite.checks if c.name in names), setup=suite.setup)
         if subset.checks:
-            summaries.append(run_suite(subset, store, commit=run["commit_sha"], lab=run["lab"], selectors={NODE_LABEL: node}, command=f"accel lab repro {run_id} --on-node", source="repro"))
+            summaries.append(run_suite(subset, store, commit=run["commit_sha"], lab=run["lab"], selectors={NODE_LABEL: node}, only_nodes=[node], command=f"accel lab repro {run_id} --on-node", source="repro"))
     return summaries

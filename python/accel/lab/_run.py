@@ -11,8 +11,18 @@ the log anyway is redacted); on its timeout the whole group is killed.
 
 A timeout, a lost node, a task that never started or a crashed worker is an `infra` result,
 recorded apart from the check's own verdicts and retried on the same node up to the check's
-`retries`. Cancelling (`cancel_run`, `accel lab cancel RUN`, Ctrl-C) interrupts the running
-commands (their groups are killed), and every check not finished is recorded `cancelled`.
+`retries`; a failed check runs again up to its `reruns`, and a pass then is recorded flaky.
+Cancelling (`cancel_run`, `accel lab cancel RUN`, Ctrl-C) interrupts the running commands
+(their groups are killed), and every check not finished is recorded `cancelled`.
+
+Evidence for triage (`_triage`) is taken on the node around each check: the devices' health
+verdicts before and after (discovery of the node's own source: the live machine, or the capture
+or sample it was started with). When the run ends, every failed or infra result is classified
+(hardware, infrastructure, code) with it, and a device that turned unhealthy, or a node with
+repeated hardware-class failures, is quarantined with its owner named: a quarantined node gets
+no checks (each is recorded `skip`, naming the quarantine), a node with a quarantined device
+runs them without it (the device's visibility variable leaves it out), until `accel lab
+release NODE[/DEVICE]`.
 
 Ray is imported inside the functions that need it. `accel.ray start --lab` publishes each
 node's lab, owner and environment fingerprint (`publish_lab`) beside its machine."""
@@ -31,10 +41,12 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
+from . import _triage
 from ._store import MAX_LOG_BYTES, Store, bound_log, canonical_json, fingerprint_hash
-from ._suite import Check, Outcome, Suite, check_from_dict, interpret, suite_json
+from ._suite import Check, Outcome, Suite, check_doc, check_from_doc, interpret, suite_json
 
 KV_NAMESPACE = "accel"  # the namespace accel.ray publishes machines in
 LAB_KV_PREFIX = "lab:"
@@ -47,6 +59,8 @@ SCHEDULE_SLACK_S = 120.0
 KILL_GRACE_S = 5.0
 CANCEL_GRACE_S = 15.0
 POLL_S = 0.25
+# Hardware-class failures on one node, in a row, that take the whole node out of dispatch.
+QUARANTINE_AFTER = 2
 
 
 class RunError(Exception):
@@ -136,62 +150,104 @@ class _Output:
         return bound_log(body.decode("utf-8", "replace"), self.limit)
 
 
+def node_machine(source: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+    """This node's machine as discovery sees it now (from the source the node was started with:
+    a sample, a captured root, else the live machine), or (None, why not)."""
+    from accel import _native
+
+    try:
+        if source and source.get("sample"):
+            text = _native.sample_machine_json(str(source["sample"]))
+        else:
+            text = _native.discover_json(str(source["root"]) if source and source.get("root") else None)
+        doc: dict[str, Any] = json.loads(text)
+        return doc, ""
+    except Exception as e:  # noqa: BLE001 (evidence: a node whose discovery fails says so)
+        return None, f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def _visibility(machine: dict[str, Any] | None, exclude: list[str]) -> dict[str, str]:
+    """The variables that hide `exclude` (quarantined devices) from the check: each family's own
+    visibility variable, set to the node's other devices (the plugins' `isolate`)."""
+    if not machine or not exclude:
+        return {}
+    from accel import _native
+
+    keep = [a["id"] for a in machine.get("accelerators", []) if a.get("id") not in exclude]
+    return _native.isolate_env(json.dumps(machine), keep)
+
+
+def _run_bounded(argv: list[str], cwd: str, env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:
+    """Runs `argv` in its own process group, killed whole at `timeout_s`: (exit status or None
+    when it timed out, bounded output)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = _Output(proc.stdout)
+    rc: int | None = None
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        # Whatever happened (done, timed out, interrupted by a cancel): nothing of the
+        # command outlives it.
+        _kill_group(proc, KILL_GRACE_S)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=KILL_GRACE_S)
+    return rc, output.text()
+
+
 def execute_check(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs one check here (the body of the Ray task): its own temp dir and process group,
-    killed at its timeout or when the task is interrupted. Returns the outcomes (none when it
-    timed out), the bounded log and the times."""
-    check = check_from_dict(spec["check"])
+    killed at its timeout or when the task is interrupted; the suite's setup command first.
+    Returns the outcomes (none when it timed out), the bounded log, the times and the node's
+    device health before and after."""
+    check = check_from_doc(spec["check"], tuple(spec.get("setup") or ()), "<dispatched check>")
+    exclude = [str(d) for d in spec.get("exclude") or []]
+    before, why = node_machine(spec.get("source"))
+    result: dict[str, Any] = {"timed_out": False, "returncode": None, "outcomes": [], "excluded": exclude}
+    result["health_before"] = _triage.health_snapshot(before) if before else None
+    result["health_error"] = why
     base = tempfile.mkdtemp(prefix="accel-lab-")
     out_dir, work = os.path.join(base, "out"), os.path.join(base, "work")
     os.mkdir(out_dir)
     os.mkdir(work)
-    env = _child_env(
-        check,
-        {
-            "ACCEL_LAB_OUT": out_dir,
-            "ACCEL_LAB_RUN": spec["run_id"],
-            "ACCEL_LAB_CHECK": check.name,
-            "ACCEL_LAB_NODE": spec["node"],
-            "ACCEL_LAB_COMMIT": spec["commit"],
-        },
-    )
+    lab_vars = {"ACCEL_LAB_OUT": out_dir, "ACCEL_LAB_RUN": spec["run_id"], "ACCEL_LAB_CHECK": check.name, "ACCEL_LAB_NODE": spec["node"], "ACCEL_LAB_COMMIT": spec["commit"]}
+    env = _child_env(check, {**_visibility(before, exclude), **lab_vars})
     started = time.time()
-    result: dict[str, Any] = {"started_at": started, "timed_out": False, "returncode": None, "outcomes": []}
+    result["started_at"] = started
     try:
+        log = ""
+        if check.setup:
+            try:
+                rc, setup_log = _run_bounded(list(check.setup), work, env, check.timeout_s)
+            except OSError as e:
+                rc, setup_log = 127, f"cannot run {check.setup[0]!r}: {e.strerror}"
+            log = "[setup] " + _redact(setup_log)
+            if rc != 0:
+                result.update(ended_at=time.time(), log=log, setup_failed=True)
+                what = "timed out" if rc is None else f"exited with status {rc}"
+                result["outcomes"] = [dataclasses.asdict(Outcome("error", message=f"the suite's setup command {what}"))]
+                return result
         try:
-            proc = subprocess.Popen(
-                list(check.command),
-                cwd=work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            rc, check_log = _run_bounded(list(check.command), work, env, check.timeout_s)
         except OSError as e:
-            result.update(ended_at=time.time(), log="", outcomes=[dataclasses.asdict(Outcome("error", message=f"cannot run {check.command[0]!r}: {e.strerror}"))])
+            result.update(ended_at=time.time(), log=log, outcomes=[dataclasses.asdict(Outcome("error", message=f"cannot run {check.command[0]!r}: {e.strerror}"))])
             return result
-        output = _Output(proc.stdout)
-        try:
-            rc = proc.wait(timeout=check.timeout_s)
-            result["returncode"] = rc
-        except subprocess.TimeoutExpired:
-            result["timed_out"] = True
-        finally:
-            # Whatever happened (done, timed out, interrupted by a cancel): nothing of the
-            # check outlives it.
-            _kill_group(proc, KILL_GRACE_S)
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=KILL_GRACE_S)
         result["ended_at"] = time.time()
-        log = _redact(output.text())
-        result["log"] = log
-        if not result["timed_out"]:
-            result["outcomes"] = [dataclasses.asdict(o) for o in interpret(check, int(result["returncode"]), out_dir, log)]
+        text = _redact(check_log)
+        result["log"] = bound_log(log + "\n" + text) if log else text
+        if rc is None:
+            result["timed_out"] = True
+        else:
+            result["returncode"] = rc
+            result["outcomes"] = [dataclasses.asdict(o) for o in interpret(check, int(rc), out_dir, text)]
         return result
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        after, why_after = node_machine(spec.get("source"))
+        result["health_after"] = _triage.health_snapshot(after) if after else None
+        result["health_error"] = result.get("health_error") or why_after
 
 
 # -- nodes ----------------------------------------------------------------------------------
@@ -212,6 +268,16 @@ class Node:
         env = (self.lab or {}).get("env")
         return env if isinstance(env, dict) else None
 
+    @property
+    def owner(self) -> str:
+        return str((self.lab or {}).get("owner") or "")
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """Where discovery reads this node (`{"sample": name}`, `{"root": path}`; None: live)."""
+        src = (self.lab or {}).get("source")
+        return src if isinstance(src, dict) else None
+
     def facts(self) -> dict[str, str]:
         """vendor, family, sku and accelerator type of the node's first accelerator."""
         accs = (self.machine or {}).get("accelerators") or [{}]
@@ -227,11 +293,12 @@ class Node:
         return hashlib.sha256(canonical_json(self.machine).encode()).hexdigest() if self.machine else ""
 
 
-def publish_lab(node: str, lab: str, owner: str, env: dict[str, Any] | None) -> None:
-    """Stores a node's lab, owner and environment fingerprint in Ray's KV (needs `ray.init`)."""
+def publish_lab(node: str, lab: str, owner: str, env: dict[str, Any] | None, source: dict[str, str] | None = None) -> None:
+    """Stores a node's lab, owner, environment fingerprint and discovery source (`{"sample":
+    name}` or `{"root": path}`; none for the live machine) in Ray's KV (needs `ray.init`)."""
     from ray.experimental import internal_kv
 
-    doc = {"lab": lab, "owner": owner, "env": env, "env_hash": fingerprint_hash(env) if env is not None else ""}
+    doc = {"lab": lab, "owner": owner, "env": env, "env_hash": fingerprint_hash(env) if env is not None else "", "source": source or {}}
     internal_kv._internal_kv_put(LAB_KV_PREFIX + node, json.dumps(doc), overwrite=True, namespace=KV_NAMESPACE)
 
 
@@ -280,17 +347,33 @@ class Job:
     node: str
     attempt: int
     queued_at: float
+    reruns: int = 0  # runs again after a fail so far
 
 
-def plan_jobs(suite: Suite, nodes: dict[str, Node], selectors: dict[str, str], one_per: str | None) -> tuple[list[Job], list[tuple[Check, str]]]:
+def plan_jobs(
+    suite: Suite,
+    nodes: dict[str, Node],
+    selectors: dict[str, str],
+    one_per: str | None,
+    *,
+    held: dict[str, str] | None = None,
+    only: list[str] | None = None,
+) -> tuple[list[Job], list[tuple[Check, str]]]:
     """The jobs of a run (check order within each node) and the checks no node matches, each
-    with why."""
+    with why. `held` names quarantined nodes (with why): they get no job, and a check that only
+    they match is unmatched, saying so. `only` keeps these nodes alone."""
     now = time.time()
     jobs: list[Job] = []
     unmatched: list[tuple[Check, str]] = []
+    held = held or {}
     for check in suite.checks:
         want = {**selectors, **dict(check.labels)}
-        matching = sorted(name for name, n in nodes.items() if all(n.labels.get(k) == v for k, v in want.items()))
+        matching = sorted(name for name, n in nodes.items() if all(n.labels.get(k) == v for k, v in want.items()) and (only is None or name in only))
+        kept = [n for n in matching if n not in held]
+        if matching and not kept:
+            unmatched.append((check, "; ".join(held[n] for n in matching)))
+            continue
+        matching = kept
         if one_per:
             chosen: dict[str, str] = {}
             for name in matching:
@@ -343,6 +426,7 @@ def run_suite(
     schedule_slack_s: float = SCHEDULE_SLACK_S,
     run_id: str | None = None,
     source: str = "ray",
+    only_nodes: list[str] | None = None,
 ) -> Summary:
     """Runs every check of `suite` on the matching nodes of the connected Ray cluster (call
     `ray.init` first), storing each result as it lands. Returns when every check has a verdict,
@@ -357,8 +441,10 @@ def run_suite(
     )
     counts: dict[str, int] = collections.Counter()
     remote = _remote()
+    held, excluded = _quarantine_state(store, nodes)
+    evidence: dict[str, dict[str, Any]] = {}  # result id -> what the task saw
 
-    def record(job: Job | None, check: Check, node_name: str, outcomes: list[dict[str, Any]], **fields: Any) -> None:
+    def record(job: Job | None, check: Check, node_name: str, outcomes: list[dict[str, Any]], **fields: Any) -> list[dict[str, Any]]:
         node = nodes.get(node_name)
         facts = node.facts() if node else {"vendor": "", "family": "", "sku": "", "accelerator_type": ""}
         env = node.env if node else None
@@ -369,6 +455,7 @@ def run_suite(
             series = dict(o.get("series") or ()) or None
             rows.append(
                 {
+                    "id": uuid.uuid4().hex,
                     "check": check.name,
                     "case": o.get("case", ""),
                     "kind": check.kind,
@@ -384,15 +471,19 @@ def run_suite(
                     "message": o.get("message", ""),
                     "log": fields.get("log", ""),
                     "series": series,
+                    "flaky": bool(job and job.reruns and o["verdict"] == "pass"),
                 }
             )
         store.add_results(run_id, rows, {env_hash: env} if env is not None else None)
         for row in rows:
             counts[row["verdict"]] += 1
+            if row["verdict"] in _triage.NOT_PASSED:
+                evidence[row["id"]] = {k: fields[k] for k in ("health_before", "health_after", "excluded", "timed_out", "node_lost", "message") if k in fields}
             if on_result:
                 on_result(row)
+        return rows
 
-    jobs, unmatched = plan_jobs(suite, nodes, selectors, one_per)
+    jobs, unmatched = plan_jobs(suite, nodes, selectors, one_per, held=held, only=only_nodes)
     for check, why in unmatched:
         record(None, check, "-", [{"verdict": "skip", "message": why}])
     queues: dict[str, collections.deque[Job]] = collections.defaultdict(collections.deque)
@@ -405,7 +496,16 @@ def run_suite(
     last_state_check = 0.0
 
     def submit(job: Job) -> None:
-        spec = {"check": dataclasses.asdict(job.check), "run_id": run_id, "node": job.node, "commit": commit}
+        node = nodes.get(job.node)
+        spec = {
+            "check": check_doc(job.check),
+            "setup": list(job.check.setup),
+            "run_id": run_id,
+            "node": job.node,
+            "commit": commit,
+            "source": node.source if node else None,
+            "exclude": excluded.get(job.node, []),
+        }
         selector = {NODE_LABEL: job.node, **dict(job.check.labels)}
         ref = remote.options(label_selector=selector, name=f"accel-lab:{suite.name}:{job.check.name}").remote(spec)
         inflight[ref] = (job, time.monotonic() + job.check.timeout_s + KILL_GRACE_S * 2 + schedule_slack_s)
@@ -425,13 +525,16 @@ def run_suite(
             out = None
         if out is not None and out["timed_out"]:
             infra = f"timed out after {job.check.timeout_s:g} s; its process group was killed"
+        seen = {k: out[k] for k in ("health_before", "health_after", "excluded") if k in out} if out else {}
         if infra is not None:
             fields = {k: out[k] for k in ("started_at", "ended_at", "log")} if out else {}
-            record(job, job.check, job.node, [{"verdict": "infra", "message": infra}], **fields)
+            record(job, job.check, job.node, [{"verdict": "infra", "message": infra}], **fields, **seen, timed_out=bool(out and out["timed_out"]))
             retry(job)
             return
         assert out is not None
-        record(job, job.check, job.node, out["outcomes"], started_at=out["started_at"], ended_at=out["ended_at"], log=out["log"])
+        rows = record(job, job.check, job.node, out["outcomes"], started_at=out["started_at"], ended_at=out["ended_at"], log=out["log"], **seen)
+        if any(r["verdict"] in ("fail", "error") for r in rows) and job.reruns < job.check.reruns and not out.get("setup_failed"):
+            queues[job.node].appendleft(Job(job.check, job.node, job.attempt + 1, time.time(), reruns=job.reruns + 1))
 
     def retry(job: Job) -> None:
         if job.attempt > job.check.retries:
@@ -459,10 +562,10 @@ def run_suite(
                             ray.cancel(ref, force=True)
                             del inflight[ref]
                             busy.discard(job.node)
-                            record(job, job.check, job.node, [{"verdict": "infra", "message": f"node {job.node} was lost while this check ran"}])
+                            record(job, job.check, job.node, [{"verdict": "infra", "message": f"node {job.node} was lost while this check ran"}], node_lost=True)
                     for name in [n for n, q in queues.items() if q and n not in alive]:
                         for job in queues.pop(name):
-                            record(job, job.check, job.node, [{"verdict": "infra", "message": f"node {job.node} was lost before this check started"}])
+                            record(job, job.check, job.node, [{"verdict": "infra", "message": f"node {job.node} was lost before this check started"}], node_lost=True)
             if cancelled:
                 break
             for node_name, queue in queues.items():
@@ -490,8 +593,12 @@ def run_suite(
         for queue in queues.values():
             for job in queue:
                 record(job, job.check, job.node, [{"verdict": "cancelled", "message": "the run was cancelled before this check started"}])
+        triage_run(store, run_id, nodes, evidence)
         store.finish_run(run_id, "cancelled")
     else:
+        # Classified before the run is marked finished: a page renderer that sees it finished
+        # sees its classes.
+        triage_run(store, run_id, nodes, evidence)
         store.finish_run(run_id, "done")
     summary = Summary(run_id, "cancelled" if cancelled else "done", dict(counts))
     if interrupted:
@@ -512,6 +619,78 @@ def _cancel_inflight(inflight: dict[Any, tuple[Job, float]]) -> None:
         _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
     for ref in pending:
         ray.cancel(ref, force=True)
+
+
+def _quarantine_state(store: Store, nodes: dict[str, Node]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(quarantined nodes -> why, in words; node -> its quarantined devices). A node whose every
+    device is quarantined is held whole."""
+    held: dict[str, str] = {}
+    devices: dict[str, list[str]] = collections.defaultdict(list)
+    for q in store.quarantined():
+        if q["device"]:
+            devices[q["node"]].append(q["device"])
+        else:
+            held[q["node"]] = _held_words(q)
+    for name, ids in devices.items():
+        node = nodes.get(name)
+        all_ids = {a.get("id") for a in ((node.machine or {}).get("accelerators") or [])} if node else set()
+        if name not in held and all_ids and all_ids <= set(ids):
+            held[name] = f"every device of node {name} is quarantined (owner {store.quarantined(name)[0]['owner'] or 'unknown'}); release with `accel lab release {name}/DEVICE`"
+    return held, dict(devices)
+
+
+def _held_words(q: dict[str, Any]) -> str:
+    return f"node {q['node']} is quarantined ({q['reason']}; owner {q['owner'] or 'unknown'}); release it with `accel lab release {q['node']}`"
+
+
+def triage_run(store: Store, run_id: str, nodes: dict[str, Node], seen: dict[str, dict[str, Any]]) -> None:
+    """Classifies every failed or infra result of a finished run with its evidence (`_triage`),
+    stores the class, and quarantines what the evidence convicts: a device unhealthy after its
+    check, or a node with `QUARANTINE_AFTER` hardware-class failures in a row."""
+    results = store.results(run_id=run_id)
+    if not results:
+        return
+    commit = results[0]["commit_sha"]
+    history = [r for r in store.results(suite=results[0]["suite"]) if r["run_id"] != run_id]
+    same_commit = [r for r in store.results(suite=results[0]["suite"]) if r["commit_sha"] == commit]
+    reran = {(r["check_name"], r["case_name"], r["node"]) for r in results if r.get("flaky")}
+    for r in results:
+        if r["verdict"] not in _triage.NOT_PASSED:
+            continue
+        node = nodes.get(r["node"])
+        got = seen.get(r["id"], {})
+        key = (r["check_name"], r["case_name"])
+        last_pass = next((h for h in reversed(history) if h["node"] == r["node"] and (h["check_name"], h["case_name"]) == key and h["verdict"] == "pass"), None)
+        now_env = node.env if node else None
+        then_env = store.fingerprint(last_pass["env_hash"]) if last_pass and last_pass["env_hash"] and last_pass["env_hash"] != r["env_hash"] else None
+        others = [o for o in same_commit if o["sku"] == r["sku"] and o["node"] != r["node"] and (o["check_name"], o["case_name"]) == key and o["verdict"] in ("pass", "fail", "error")]
+        latest: dict[str, str] = {}
+        for o in others:
+            latest[o["node"]] = o["verdict"]
+        e = _triage.Evidence(
+            verdict=r["verdict"],
+            message=r["message"],
+            health_before=got.get("health_before"),
+            health_after=got.get("health_after"),
+            excluded=tuple(got.get("excluded") or ()),
+            node_lost=bool(got.get("node_lost")),
+            timed_out=bool(got.get("timed_out")),
+            env_changes=_triage.env_changes(then_env, now_env) if then_env else {},
+            last_pass={"commit": last_pass["commit_sha"], "run_id": last_pass["run_id"]} if last_pass else None,
+            same_sku_pass=tuple(sorted(n for n, v in latest.items() if v == "pass")),
+            same_sku_fail=tuple(sorted(n for n, v in latest.items() if v != "pass")),
+            reran_to_pass=(r["check_name"], r["case_name"], r["node"]) in reran,
+        )
+        cls, why, doc = _triage.classify(e)
+        doc["why"] = why
+        store.set_class(r["id"], cls, doc)
+        owner = node.owner if node else ""
+        for device in doc.get("devices", []):
+            store.quarantine(r["node"], device, f"{why} (result {r['id'][:12]})", owner, {"result": r["id"], "run": run_id})
+        if cls == _triage.HARDWARE and not doc.get("devices"):
+            recent = [h for h in store.results() if h["node"] == r["node"] and h["verdict"] in _triage.NOT_PASSED + ("pass",)][-QUARANTINE_AFTER:]
+            if len(recent) == QUARANTINE_AFTER and all(h.get("failure_class") == _triage.HARDWARE for h in recent):
+                store.quarantine(r["node"], "", f"{QUARANTINE_AFTER} hardware-class failures in a row (last: {why})", owner, {"result": r["id"], "run": run_id})
 
 
 def commit_of(directory: str = ".") -> str:

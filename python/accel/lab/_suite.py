@@ -4,6 +4,8 @@
     name = "collectives"          # letters, digits, `.`, `_`, `-`
     version = "3"                 # any non-empty string; results record it
     description = "..."           # optional
+    setup = ["sh", "-c", "git clone -q $REPO . && git checkout -q $ACCEL_LAB_COMMIT"]
+                                  # optional argv run before each check, in its directory
 
     [[check]]
     name = "allreduce-8"
@@ -14,6 +16,7 @@
     better = "higher"             # benchmark: which way is good (or a table per series)
     results = "exit"              # test: "exit" (status), "junit" or "json" (in $ACCEL_LAB_OUT)
     retries = 1                   # infra retries (timeouts, lost nodes), 0..5
+    reruns = 0                    # runs again after a fail, 0..3; a pass then is flaky
     env = { NCCL_DEBUG = "WARN" } # extra environment
 
 A benchmark writes `{"series": {"name": number, ...}}` to `$ACCEL_LAB_OUT/series.json` (or as
@@ -21,7 +24,10 @@ the last line of its standard output). A "junit" test writes `*.xml` (JUnit XML)
 `$ACCEL_LAB_OUT`; a "json" test writes `results.json`:
 `{"tests": [{"name": ..., "verdict": "pass"|"fail"|"skip"|"error", "message": ...}]}`.
 `interpret` turns a finished command into verdicts by these rules. Every mistake in a suite is
-one `SuiteError` naming the file, the check and the key, with the nearest known key name."""
+one `SuiteError` naming the file, the check and the key, with the nearest known key name.
+
+A suite stored with a run (`suite_json`) is read back through the same rules
+(`suite_from_json`): stored data never skips validation. Every pattern is a full match."""
 
 from __future__ import annotations
 
@@ -42,19 +48,22 @@ MAX_CHECKS = 1000
 MAX_TIMEOUT_S = 24 * 3600.0
 MAX_RETRIES = 5
 MAX_RESULT_FILE_BYTES = 16 << 20
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_RERUNS = 3
+MAX_ARG_CHARS = 4096
+# Patterns are used with `fullmatch` only (a `$` anchor would let a trailing newline through).
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A Ray label key: an optional DNS prefix and a name, as Kubernetes labels.
-LABEL_KEY_RE = re.compile(r"^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LABEL_KEY_RE = re.compile(r"([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+LABEL_VALUE_RE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 KINDS = ("test", "benchmark")
 RESULT_FORMATS = ("exit", "junit", "json")
 DIRECTIONS = ("higher", "lower")
 VERDICTS = ("pass", "fail", "error", "infra", "skip", "cancelled")
 
-_SUITE_KEYS = ("name", "version", "description")
-_CHECK_KEYS = ("name", "kind", "command", "timeout_s", "labels", "better", "results", "retries", "env", "description")
+_SUITE_KEYS = ("name", "version", "description", "setup")
+_CHECK_KEYS = ("name", "kind", "command", "timeout_s", "labels", "better", "results", "retries", "reruns", "env", "description")
 _TOP_KEYS = ("suite", "check")
 
 
@@ -82,6 +91,8 @@ class Check:
     retries: int = 1
     env: tuple[tuple[str, str], ...] = ()
     description: str = ""
+    reruns: int = 0
+    setup: tuple[str, ...] = ()  # the suite's setup command, run before this check
 
     def direction(self, series: str) -> str:
         """Which way is good for `series` ("higher" or "lower"; "lower" when unsaid)."""
@@ -97,6 +108,7 @@ class Suite:
     version: str
     checks: tuple[Check, ...]
     description: str = ""
+    setup: tuple[str, ...] = ()
 
     def check(self, name: str) -> Check:
         """The check called `name`; `SuiteError` with the nearest name otherwise."""
@@ -122,7 +134,7 @@ def _string(value: Any, key: str, where: str, *, pattern: re.Pattern[str] | None
         raise SuiteError(f"{key} must be a string, not {type(value).__name__}", where=where)
     if not value and not allow_empty:
         raise SuiteError(f"{key} must not be empty", where=where)
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):
         raise SuiteError(f"{key} {value!r} is not a valid name (letters, digits, '.', '_', '-'; at most 128)", where=where)
     return value
 
@@ -156,21 +168,15 @@ def _check(raw: Any, index: int, source: str) -> Check:
         near = difflib.get_close_matches(kind, KINDS, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise SuiteError(f"kind {kind!r} is not one of {', '.join(KINDS)}{hint}", where=where, suggestion=near[0] if near else None)
-    command = raw["command"]
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
-        raise SuiteError("command must be a non-empty array of strings (argv; no shell)", where=where)
-    if not command[0]:
-        raise SuiteError("command[0] (the program) must not be empty", where=where)
-    if any("\0" in a for a in command):
-        raise SuiteError("command must not hold a NUL character", where=where)
+    command = _argv(raw["command"], "command", where)
     timeout = raw["timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT_S:
         raise SuiteError(f"timeout_s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}", where=where)
     labels = _str_table(raw.get("labels", {}), "labels", where)
     for k, v in labels.items():
-        if not LABEL_KEY_RE.match(k):
+        if not LABEL_KEY_RE.fullmatch(k):
             raise SuiteError(f"label key {k!r} is not a valid Ray label key", where=where)
-        if not LABEL_VALUE_RE.match(v):
+        if not LABEL_VALUE_RE.fullmatch(v):
             raise SuiteError(f"label value {v!r} of {k!r} is not a valid Ray label value", where=where)
     better_raw = raw.get("better", "lower")
     if isinstance(better_raw, str):
@@ -190,10 +196,13 @@ def _check(raw: Any, index: int, source: str) -> Check:
     retries = raw.get("retries", 1)
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
         raise SuiteError(f"retries must be an integer from 0 to {MAX_RETRIES}", where=where)
+    reruns = raw.get("reruns", 0)
+    if isinstance(reruns, bool) or not isinstance(reruns, int) or not 0 <= reruns <= MAX_RERUNS:
+        raise SuiteError(f"reruns must be an integer from 0 to {MAX_RERUNS}", where=where)
     env = _str_table(raw.get("env", {}), "env", where)
     for k, v in env.items():
-        if not ENV_NAME_RE.match(k) or "\0" in v:
-            raise SuiteError(f"env {k!r} is not a valid variable name and value", where=where)
+        if not ENV_NAME_RE.fullmatch(k) or "\0" in v or len(v) > MAX_ARG_CHARS:
+            raise SuiteError(f"env {k!r:.80} is not a valid variable name and value", where=where)
         if k.startswith("ACCEL_LAB_"):
             raise SuiteError(f"env {k!r}: ACCEL_LAB_* variables are set by the lab itself", where=where)
     description = _string(raw.get("description", ""), "description", where, allow_empty=True)
@@ -208,7 +217,19 @@ def _check(raw: Any, index: int, source: str) -> Check:
         retries=retries,
         env=tuple(sorted(env.items())),
         description=description,
+        reruns=reruns,
     )
+
+
+def _argv(value: Any, key: str, where: str) -> tuple[str, ...]:
+    """A command: a non-empty array of strings without NUL, the program not empty."""
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+        raise SuiteError(f"{key} must be a non-empty array of strings (argv; no shell)", where=where)
+    if not value[0]:
+        raise SuiteError(f"{key}[0] (the program) must not be empty", where=where)
+    if any("\0" in a or len(a) > MAX_ARG_CHARS for a in value) or len(value) > 1024:
+        raise SuiteError(f"{key} must not hold a NUL character, an argument over {MAX_ARG_CHARS} characters or over 1024 arguments", where=where)
+    return tuple(value)
 
 
 def parse_suite(text: str, source: str = "<suite>") -> Suite:
@@ -217,6 +238,13 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SuiteError(f"not valid TOML: {e}", where=source) from None
+    return suite_from_doc(doc, source)
+
+
+def suite_from_doc(doc: Any, source: str) -> Suite:
+    """A suite from its document (TOML's shape: `suite` and `check`), every rule applied."""
+    if not isinstance(doc, dict):
+        raise SuiteError("a suite is a table of [suite] and [[check]]", where=source)
     _unknown_keys(doc, _TOP_KEYS, source)
     head = doc.get("suite")
     if not isinstance(head, dict):
@@ -233,18 +261,19 @@ def parse_suite(text: str, source: str = "<suite>") -> Suite:
     if len(version) > 64:
         raise SuiteError("version is longer than 64 characters", where=f"{source}: [suite]")
     description = _string(head.get("description", ""), "description", f"{source}: [suite]", allow_empty=True)
+    setup = _argv(head["setup"], "setup", f"{source}: [suite]") if "setup" in head else ()
     raw_checks = doc.get("check", [])
     if not isinstance(raw_checks, list) or not raw_checks:
         raise SuiteError("a suite needs at least one [[check]]", where=source)
     if len(raw_checks) > MAX_CHECKS:
         raise SuiteError(f"{len(raw_checks)} checks; at most {MAX_CHECKS}", where=source)
-    checks = [_check(raw, i, source) for i, raw in enumerate(raw_checks)]
+    checks = [dataclasses.replace(_check(raw, i, source), setup=setup) for i, raw in enumerate(raw_checks)]
     seen: set[str] = set()
     for c in checks:
         if c.name in seen:
             raise SuiteError(f"two checks are called {c.name!r}", where=source)
         seen.add(c.name)
-    return Suite(name=name, version=version, checks=tuple(checks), description=description)
+    return Suite(name=name, version=version, checks=tuple(checks), description=description, setup=setup)
 
 
 def load_suite(path: str | os.PathLike[str]) -> Suite:
@@ -269,27 +298,64 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
     return parse_suite(text, source)
 
 
-def check_from_dict(d: dict[str, Any]) -> Check:
-    """A `Check` from `dataclasses.asdict(check)` (lists where it has tuples)."""
-    fields = dict(d)
-    fields["command"] = tuple(fields["command"])
-    for key in ("labels", "better", "env"):
-        fields[key] = tuple(tuple(pair) for pair in fields[key])
-    return Check(**fields)
+def check_doc(check: Check) -> dict[str, Any]:
+    """A check as its suite file's table (what `suite_json` stores and a task receives)."""
+    doc: dict[str, Any] = {"name": check.name, "kind": check.kind, "command": list(check.command), "timeout_s": check.timeout_s}
+    if check.labels:
+        doc["labels"] = dict(check.labels)
+    if check.kind == "benchmark":
+        doc["better"] = dict(check.better)
+    else:
+        doc["results"] = check.results
+    doc.update(retries=check.retries, reruns=check.reruns, env=dict(check.env), description=check.description)
+    return doc
+
+
+def check_from_doc(doc: Any, setup: tuple[str, ...] = (), source: str = "<check>") -> Check:
+    """`check_doc`'s table back as a `Check`, through every rule of a suite file."""
+    c = _check(doc, 0, source)
+    return dataclasses.replace(c, setup=_argv(list(setup), "setup", source) if setup else ())
 
 
 def suite_json(suite: Suite) -> str:
-    """The suite as JSON text (stored with each run, so `repro` can run its checks again)."""
-    return json.dumps({"name": suite.name, "version": suite.version, "description": suite.description, "checks": [dataclasses.asdict(c) for c in suite.checks]}, sort_keys=True)
+    """The suite as JSON text in its file's shape (stored with each run, so `repro` can run its
+    checks again); `suite_from_json` reads it back through every rule."""
+    head: dict[str, Any] = {"name": suite.name, "version": suite.version, "description": suite.description}
+    if suite.setup:
+        head["setup"] = list(suite.setup)
+    return json.dumps({"suite": head, "check": [check_doc(c) for c in suite.checks]}, sort_keys=True)
 
 
-def suite_from_json(text: str) -> Suite:
-    """`suite_json`'s text back as a `Suite`; `SuiteError` when it is not one."""
+def _legacy(doc: Any) -> Any:
+    """A suite stored by an older accel (`{"name", "version", "checks": [fields]}`) in the
+    file's shape, so it meets the same rules."""
+    if not isinstance(doc, dict) or "checks" not in doc or "suite" in doc:
+        return doc
+    checks = []
+    for c in doc["checks"] if isinstance(doc["checks"], list) else []:
+        if not isinstance(c, dict):
+            checks.append(c)
+            continue
+        c = {k: v for k, v in c.items() if k in _CHECK_KEYS}
+        for key in ("labels", "better", "env"):
+            if isinstance(c.get(key), list):
+                c[key] = {p[0]: p[1] for p in c[key] if isinstance(p, list) and len(p) == 2}
+        if c.get("kind") == "benchmark":
+            c.pop("results", None)
+        else:
+            c.pop("better", None)
+        checks.append(c)
+    return {"suite": {k: doc[k] for k in ("name", "version", "description") if k in doc}, "check": checks}
+
+
+def suite_from_json(text: str, source: str = "the stored suite") -> Suite:
+    """A stored suite (`suite_json`'s text) back as a `Suite`, through every rule of a suite
+    file; `SuiteError` when it is not one."""
     try:
         doc = json.loads(text)
-        return Suite(name=doc["name"], version=doc["version"], description=doc.get("description", ""), checks=tuple(check_from_dict(c) for c in doc["checks"]))
-    except (ValueError, KeyError, TypeError) as e:
-        raise SuiteError(f"the stored suite cannot be read: {e}") from None
+    except (ValueError, RecursionError) as e:
+        raise SuiteError(f"not JSON: {e}", where=source) from None
+    return suite_from_doc(_legacy(doc), source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,7 +383,7 @@ def parse_series(doc: Any) -> dict[str, float]:
         raise ValueError('expected a JSON object {"series": {"name": number, ...}}')
     out: dict[str, float] = {}
     for name, value in doc["series"].items():
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             raise ValueError(f"series name {name!r} is not a valid name")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"series {name!r}: {value!r} is not a finite number")
@@ -379,7 +445,7 @@ def interpret(check: Check, returncode: int, out_dir: str, stdout: str) -> list[
                     raise ValueError("no series.json in $ACCEL_LAB_OUT and no output")
                 doc = json.loads(lines[-1])
             series = parse_series(doc)
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError, RecursionError) as e:
             return [Outcome("error", message=f"benchmark output: {e}")]
         return [Outcome("pass", series=tuple(sorted(series.items())))]
     if check.results == "exit":
@@ -392,7 +458,7 @@ def interpret(check: Check, returncode: int, out_dir: str, stdout: str) -> list[
             outcomes = [o for f in files for o in parse_junit(_read_small(os.path.join(out_dir, f)))]
         else:
             outcomes = parse_json_results(json.loads(_read_small(os.path.join(out_dir, "results.json"))))
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, RecursionError) as e:
         return [Outcome("error", message=f"{check.results} results: {e}; exit status {returncode}")]
     if not outcomes:
         return [Outcome("error", message=f"{check.results} results name no test; exit status {returncode}")]

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import socket
+import ssl
 import sys
 import tempfile
 import time
@@ -37,12 +38,24 @@ READINGS_PREFIX = "readings:"
 _BUNDLE_RESOURCE = re.compile(r"^(?P<name>.+)_group_(?P<bundle>\d+)_(?P<pg>[0-9a-f]+)$")
 
 
-def fetch_readings(agent_url: str, token: str | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
+def agent_context(cert: str | None) -> ssl.SSLContext | None:
+    """How a process on this node trusts its own agent over TLS: exactly the agent's certificate
+    file (`--tls-cert`), as a trust anchor of its own, whatever name it was issued for (the
+    agent is reached at 127.0.0.1). None without TLS."""
+    if not cert:
+        return None
+    context = ssl.create_default_context(cafile=cert)
+    context.check_hostname = False
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
+
+
+def fetch_readings(agent_url: str, token: str | None = None, timeout_s: float = 5.0, context: ssl.SSLContext | None = None) -> dict[str, Any]:
     """The agent's latest readings document (`GET /v1/readings`)."""
     req = urllib.request.Request(agent_url.rstrip("/") + "/v1/readings")
     if token:
         req.add_header("Authorization", "Bearer " + token)
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (the local agent)
+    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:  # noqa: S310 (the local agent)
         doc: dict[str, Any] = json.loads(resp.read(16 << 20))
     return doc
 
@@ -161,13 +174,16 @@ def prometheus_file_sd(doc: dict[str, Any]) -> list[dict[str, Any]]:
     groups: list[dict[str, Any]] = []
     for node in doc.get("nodes", []):
         url = node.get("agent_url") or ""
-        if not url.startswith("http://"):
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("http", "https"):
             continue
-        hostport = url[len("http://") :].rstrip("/")
+        hostport = rest.rstrip("/")
         host, _, port = hostport.rpartition(":")
         if host in ("0.0.0.0", "[::]", "") and node.get("address"):
             hostport = f"{node['address']}:{port}"
         labels = {"job": "accel-agent", "accel_node": node["name"]}
+        if scheme == "https":
+            labels["__scheme__"] = "https"
         groups.append({"targets": [hostport], "labels": labels})
         groups.append({"targets": [hostport], "labels": labels | {"__metrics_path__": "/metrics/transport"}})
     return groups
@@ -304,6 +320,7 @@ def run_sidecar(
     once: bool = False,
     gcs_address: str | None = None,
     ready_file: str | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> str:
     """Publishes this node's readings every `interval_s`, and on the head (`cluster_file` given)
     writes the cluster document, stamped with `interval_s` so the agent can tell when it went
@@ -325,7 +342,7 @@ def run_sidecar(
                 time.sleep(min(interval_s, 1.0))
                 continue
         try:
-            publish_readings(name, fetch_readings(agent_url, token), agent_url)
+            publish_readings(name, fetch_readings(agent_url, token, context=context), agent_url)
         except OSError as e:
             print(f"accel sidecar: cannot read the agent at {agent_url}: {e}", file=sys.stderr)
         if cluster_file:
@@ -348,6 +365,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--node-name", required=True, help="this node's accel name (accel.io/node)")
     parser.add_argument("--agent-url", default="http://127.0.0.1:9477", help="the local agent")
     parser.add_argument("--token-file", help="the agent's bearer token file")
+    parser.add_argument("--agent-cert", help="the agent's TLS certificate (its --tls-cert), trusted for an https:// --agent-url")
     parser.add_argument("--cluster-file", help="head only: where to write the cluster document")
     parser.add_argument("--file-sd", help="head only: where to write the Prometheus file-SD entry of every agent")
     parser.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
@@ -374,6 +392,7 @@ def main(argv: list[str]) -> int:
             once=args.once,
             gcs_address=str(ray.get_runtime_context().gcs_address),
             ready_file=args.ready_file,
+            context=agent_context(args.agent_cert),
         )
     finally:
         if how != "gone":

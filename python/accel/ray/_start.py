@@ -30,7 +30,8 @@ from typing import Any
 
 from .. import AccelError, discover
 from .._plan import sample, samples
-from ._agent import default_ray_temp_dir, install_grafana_dashboard
+from .._python import module_argv
+from ._agent import agent_context, default_ray_temp_dir, install_grafana_dashboard
 from ._placement import allow_unknown_health, label_value, node_spec, publish_machine
 
 PROG = "python -m accel.ray"
@@ -43,13 +44,13 @@ STOP_GRACE_S = 5.0
 LOG_TAIL_LINES = 20
 # The line the agent prints once it listens (crates/cli/src/agent.rs): proof that the process
 # answering is the one just started, not an older agent on the same port.
-AGENT_SERVING = "accel agent: serving http://"
+AGENT_SERVING = "accel agent: serving http"  # http:// or https://
 _PID_FILES = {"accel-sidecar": "accel.ray", "accel-agent": "agent"}  # pid file -> word its command line holds
 
 
 def ray_cli() -> list[str]:
     """This interpreter's Ray command line (`ray ...`), whatever else is on PATH."""
-    return [sys.executable, "-m", "ray.scripts.scripts"]
+    return module_argv("ray.scripts.scripts")
 
 
 def ray_start_command(machine: dict[str, Any], name: str, ray_args: list[str]) -> list[str]:
@@ -87,10 +88,11 @@ def ray_option(args: list[str], name: str) -> str | None:
     return value
 
 
-def _local_url(listen: str) -> str:
-    """How a process on this node reaches an agent listening on `listen`."""
+def _local_url(listen: str, tls: bool = False) -> str:
+    """How a process on this node reaches an agent listening on `listen` (over TLS: https)."""
     host, _, port = listen.rpartition(":")
-    return f"http://127.0.0.1:{port}" if host in ("0.0.0.0", "[::]", "") else f"http://{listen}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://127.0.0.1:{port}" if host in ("0.0.0.0", "[::]", "") else f"{scheme}://{listen}"
 
 
 def agent_commands(
@@ -106,6 +108,8 @@ def agent_commands(
     temp_dir: str = "/tmp/ray",
     address: str = "auto",
     interval: float | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> list[list[str]]:
     """The node agent and its Ray sidecar started beside `ray start` (`--agent`): the agent
     serves this node; on the head it also serves the cluster document the head's sidecar
@@ -116,7 +120,10 @@ def agent_commands(
         agent += ["--sample", sample]
     elif root:
         agent += ["--root", root]
-    sidecar = [sys.executable, "-m", "accel.ray", "sidecar", "--node-name", name, "--agent-url", _local_url(listen), "--address", address]
+    sidecar = [*module_argv("accel.ray"), "sidecar", "--node-name", name, "--agent-url", _local_url(listen, bool(tls_cert)), "--address", address]
+    if tls_cert and tls_key:
+        agent += ["--tls-cert", tls_cert, "--tls-key", tls_key]
+        sidecar += ["--agent-cert", tls_cert]
     sidecar += ["--ready-file", os.path.join(state, "sidecar.ready")]
     if interval is not None:
         agent += ["--interval", f"{interval:g}"]
@@ -169,12 +176,12 @@ def _spawn(cmd: list[str], log: str, pid_file: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _answers(url: str, token: str | None) -> bool:
+def _answers(url: str, token: str | None, context: Any = None) -> bool:
     req = urllib.request.Request(url + "/v1/health")
     if token:
         req.add_header("Authorization", "Bearer " + token)
     try:
-        with urllib.request.urlopen(req, timeout=2):  # noqa: S310 (this node's agent)
+        with urllib.request.urlopen(req, timeout=2, context=context):  # noqa: S310 (this node's agent)
             return True
     except urllib.error.HTTPError:
         return True  # it answers (503 while its sampler is stuck is still an answer)
@@ -182,7 +189,7 @@ def _answers(url: str, token: str | None) -> bool:
         return False
 
 
-def wait_agent(proc: subprocess.Popen[bytes], url: str, log: str, offset: int, token: str | None, timeout_s: float) -> None:
+def wait_agent(proc: subprocess.Popen[bytes], url: str, log: str, offset: int, token: str | None, timeout_s: float, context: Any = None) -> None:
     """Returns once the agent just started listens and answers `/v1/health`; raises
     `StartError` if it exits first or takes longer than `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -190,7 +197,7 @@ def wait_agent(proc: subprocess.Popen[bytes], url: str, log: str, offset: int, t
         rc = proc.poll()
         if rc is not None:
             raise StartError(f"the agent exited with status {rc} before it served", log)
-        if AGENT_SERVING in _read_from(log, offset) and _answers(url, token):
+        if AGENT_SERVING in _read_from(log, offset) and _answers(url, token, context):
             return
         if time.monotonic() > deadline:
             raise StartError(f"the agent did not answer at {url} within {timeout_s:g} s", log)
@@ -269,7 +276,10 @@ def _start_agent(args: argparse.Namespace, accel_bin: str, name: str, ray_args: 
         temp_dir=temp_dir,
         address=gcs,
         interval=args.agent_interval,
+        tls_cert=args.agent_tls_cert,
+        tls_key=args.agent_tls_key,
     )
+    tls = bool(args.agent_tls_cert)
     state, logs = os.path.join(session, "accel"), os.path.join(session, "logs")
     os.makedirs(state, exist_ok=True)
     os.makedirs(logs, exist_ok=True)
@@ -290,8 +300,8 @@ def _start_agent(args: argparse.Namespace, accel_bin: str, name: str, ray_args: 
         agent = _spawn(agent_cmd, agent_log, os.path.join(state, "accel-agent.pid"))
         started.append(agent)
         print(f"accel: starting accel-agent (pid {agent.pid}): {shlex.join(agent_cmd)}", file=sys.stderr)
-        wait_agent(agent, _local_url(args.agent_listen), agent_log, offset, token, AGENT_READY_S)
-        print(f"accel: accel-agent serves {_local_url(args.agent_listen)}/", file=sys.stderr)
+        wait_agent(agent, _local_url(args.agent_listen, tls), agent_log, offset, token, AGENT_READY_S, agent_context(args.agent_tls_cert))
+        print(f"accel: accel-agent serves {_local_url(args.agent_listen, tls)}/", file=sys.stderr)
         sidecar_log = os.path.join(logs, "accel-sidecar.log")
         sidecar = _spawn(sidecar_cmd, sidecar_log, os.path.join(state, "accel-sidecar.pid"))
         started.append(sidecar)
@@ -349,7 +359,9 @@ def _publish_lab(args: argparse.Namespace, name: str, accel_bin: str | None) -> 
             env = None
     if env is None:
         print("accel: warning: no `accel env --json` fingerprint for the lab (needs the accel binary: ACCEL_BIN or PATH)", file=sys.stderr)
-    publish_lab(name, args.lab, args.owner, env)
+    # Where discovery reads this node, so the lab takes device health before and after each check.
+    source = {"sample": args.sample} if args.sample else {"root": os.path.abspath(args.root)} if args.root else {}
+    publish_lab(name, args.lab, args.owner, env, source)
     print(f"accel: node {name} joined lab {args.lab!r}" + (f" (owner {args.owner})" if args.owner else ""), file=sys.stderr)
 
 
@@ -371,8 +383,10 @@ def start(argv: list[str]) -> int:
         "left out of Ray's resources and of plans, like unhealthy ones (fail closed)",
     )
     parser.add_argument("--agent", action="store_true", help="also start `accel agent` and its Ray sidecar on this node")
-    parser.add_argument("--agent-listen", default="127.0.0.1:9477", help="the agent's address (non-loopback needs a token)")
+    parser.add_argument("--agent-listen", default="127.0.0.1:9477", help="the agent's address (non-loopback needs a token and TLS)")
     parser.add_argument("--agent-token-file", help="the agent's bearer token file")
+    parser.add_argument("--agent-tls-cert", help="the agent's TLS certificate (PEM; with --agent-tls-key): needed with a non-loopback --agent-listen")
+    parser.add_argument("--agent-tls-key", help="the agent's TLS key (PEM, mode 600)")
     parser.add_argument("--agent-interval", type=float, default=5.0, help="seconds between the agent's samples and the sidecar's rounds")
     parser.add_argument("--lab", help="join the lab NAME (docs/lab.md): publish the lab, --owner and this node's `accel env` fingerprint")
     parser.add_argument("--owner", default="", help="who maintains this lab node (with --lab)")
