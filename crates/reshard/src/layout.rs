@@ -5,14 +5,25 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::fp8::Scale;
 use crate::{dtype, Error};
 
-/// One tensor of the model: its global shape and element type.
+/// One tensor of the model: its global shape and element type, and for an FP8 destination how
+/// it is scaled (per tensor, or per 128x128 block of its last two dimensions).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorSpec {
     pub name: String,
     pub shape: Vec<u64>,
     pub dtype: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<Scale>,
+}
+
+impl TensorSpec {
+    /// A tensor without scales.
+    pub fn new(name: impl Into<String>, shape: &[u64], dtype: impl Into<String>) -> TensorSpec {
+        TensorSpec { name: name.into(), shape: shape.to_vec(), dtype: dtype.into(), scale: None }
+    }
 }
 
 /// One rank: the host it runs on (ranks on one host share memory; empty: a host of its own) and
@@ -74,6 +85,19 @@ impl Layout {
                     known.join(", ")
                 )));
             }
+            match (t.scale, dtype::is_fp8(&t.dtype)) {
+                (Some(_), false) => {
+                    return Err(bad(format!("tensor {:?}: a scale is for FP8 tensors, not {}", t.name, t.dtype)))
+                }
+                (Some(Scale::Block), true) if t.shape.len() < 2 => {
+                    return Err(bad(format!(
+                        "tensor {:?}: 128x128 block scales need two dimensions or more, it has {}",
+                        t.name,
+                        t.shape.len()
+                    )))
+                }
+                _ => {}
+            }
             if shapes.insert(&t.name, &t.shape).is_some() {
                 return Err(bad(format!("tensor {:?} is listed twice", t.name)));
             }
@@ -105,11 +129,6 @@ impl Layout {
     /// The tensor named `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorSpec> {
         self.tensors.iter().find(|t| t.name == name)
-    }
-
-    /// The non-empty box of `tensor` that `rank` holds.
-    pub(crate) fn held(&self, rank: usize, tensor: &str) -> Option<&Boxed> {
-        self.ranks[rank].slices.get(tensor).filter(|b| volume(b) > 0)
     }
 
     /// The host of `rank`: its own name, or a host of its own when none is given.

@@ -82,11 +82,8 @@ fn every_element_arrives_once_from_a_holder() {
         let tensors: Vec<TensorSpec> = (0..n)
             .map(|i| {
                 let dims = 1 + rng.below(3) as usize;
-                TensorSpec {
-                    name: format!("t{i}"),
-                    shape: (0..dims).map(|_| 1 + rng.below(9)).collect(),
-                    dtype: ["f32", "bf16", "i8"][rng.below(3) as usize].into(),
-                }
+                let shape: Vec<u64> = (0..dims).map(|_| 1 + rng.below(9)).collect();
+                TensorSpec::new(format!("t{i}"), &shape, ["f32", "bf16", "i8"][rng.below(3) as usize])
             })
             .collect();
         let (sr, srep) = [(4, 1), (4, 2), (2, 1), (6, 3)][rng.below(4) as usize];
@@ -96,10 +93,12 @@ fn every_element_arrives_once_from_a_holder() {
         let src = sharded(&tensors, sr, srep, &sdims, 1 + rng.below(3) as usize);
         let dst = sharded(&tensors, dr, drep, &ddims, 1 + rng.below(4) as usize);
         let p = plan(&src, &dst).unwrap_or_else(|e| panic!("case {case}: {e}"));
-        for (d, fetches) in p.destinations.iter().enumerate() {
+        let sources = p.sources_all();
+        for d in 0..dr {
             let mut seen: BTreeMap<(usize, Vec<u64>), u32> = BTreeMap::new();
-            for f in fetches {
-                let buffer = &p.sources[f.src][f.buffer];
+            for (f, buffer) in p.destination(d) {
+                assert_eq!(buffer, sources[f.src][f.buffer], "case {case}: both sides expand one buffer alike");
+                let buffer = &buffer;
                 assert!(buffer.readers.contains(&d), "case {case}: rank {d} reads a buffer not meant for it");
                 let mut end = 0;
                 for piece in &buffer.pieces {
@@ -126,7 +125,7 @@ fn every_element_arrives_once_from_a_holder() {
 }
 
 fn t(name: &str, shape: &[u64], dtype: &str) -> TensorSpec {
-    TensorSpec { name: name.into(), shape: shape.to_vec(), dtype: dtype.into() }
+    TensorSpec::new(name, shape, dtype)
 }
 
 fn rank(host: &str, slices: &[(&str, &[[u64; 2]])]) -> RankSpec {
@@ -154,7 +153,7 @@ fn replicas_share_the_load_and_a_local_replica_costs_no_link() {
     let p = plan(&src, &dst).unwrap();
     // Rank 0 (on b) reads only b's replicas, through memory; rank 1 (on c) takes one half from
     // each host, so no uplink carries more than half of what c receives.
-    assert!(p.destinations[0].iter().all(|f| f.src >= 2), "{:?}", p.destinations);
+    assert!(p.destination(0).iter().all(|(f, _)| f.src >= 2), "{:?}", p.destination(0));
     assert_eq!(p.links.inn.get("b"), None);
     assert_eq!((p.links.out["a"], p.links.out["b"], p.links.inn["c"]), (64, 64, 128));
 }
