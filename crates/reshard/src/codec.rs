@@ -96,8 +96,8 @@ fn dtype_index(name: &str) -> u8 {
     DTYPES.iter().position(|d| d.0 == name).unwrap_or(0) as u8
 }
 
-fn dtype_name(i: u8) -> Result<String, Error> {
-    DTYPES.get(i as usize).map(|d| d.0.to_string()).ok_or_else(|| bad("an unknown dtype"))
+fn dtype_name(i: u8) -> Result<&'static str, Error> {
+    DTYPES.get(i as usize).map(|d| d.0).ok_or_else(|| bad("an unknown dtype"))
 }
 
 /// The plan as bytes, with `tag` (read back by [`decode`]).
@@ -114,8 +114,8 @@ pub fn encode(plan: &Plan, tag: &str) -> Vec<u8> {
         for &d in &t.shape {
             w.u64(d);
         }
-        w.u8(dtype_index(&t.src_dtype));
-        w.u8(dtype_index(&t.dst_dtype));
+        w.u8(dtype_index(t.src_dtype));
+        w.u8(dtype_index(t.dst_dtype));
         w.u8(match t.scale {
             None => 0,
             Some(Scale::Tensor) => 1,

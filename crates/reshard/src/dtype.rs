@@ -27,6 +27,11 @@ pub fn itemsize(name: &str) -> Option<u64> {
     find(name).map(|d| d.1)
 }
 
+/// The table's own copy of `name` (`None` for an unknown name).
+pub fn canonical(name: &str) -> Option<&'static str> {
+    find(name).map(|d| d.0)
+}
+
 /// Whether `name` is an FP8 type (stored with scales; made from wider floats at the source).
 pub fn is_fp8(name: &str) -> bool {
     name.starts_with("f8")

@@ -6,13 +6,13 @@
 //! are expanded from that when asked (`source`, `destination`), so a plan of a trillion
 //! parameters is a few megabytes and serialises (`codec`) for reuse across steps and processes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::balance::{Links, Load};
 use crate::fp8::{self, Scale, BLOCK};
-use crate::layout::{intersect, show, volume, Boxed, Layout};
+use crate::layout::{intersect, show, volume, Boxed, FxMap, Held, Layout};
 use crate::{dtype, Error};
 
 /// Every piece starts at a multiple of this many bytes in its buffer.
@@ -23,12 +23,12 @@ pub(crate) const NONE: u32 = u32::MAX;
 /// A tensor as the plan moves it: held as `src_dtype` by the sources, travelling as
 /// [`dtype::wire`] of the two (FP8 is quantised at the source, with `scale`), and held as
 /// `dst_dtype` by the destinations.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlanTensor {
     pub name: String,
     pub shape: Vec<u64>,
-    pub src_dtype: String,
-    pub dst_dtype: String,
+    pub src_dtype: &'static str,
+    pub dst_dtype: &'static str,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<Scale>,
 }
@@ -36,7 +36,7 @@ pub struct PlanTensor {
 impl PlanTensor {
     /// Whether the source quantises this tensor to FP8.
     pub fn quantized(&self) -> bool {
-        dtype::is_fp8(&self.dst_dtype) && !dtype::is_fp8(&self.src_dtype)
+        dtype::is_fp8(self.dst_dtype) && !dtype::is_fp8(self.src_dtype)
     }
 
     /// The bytes a piece of `boxed` travels in, and where its scales start (quantised only).
@@ -47,7 +47,7 @@ impl PlanTensor {
                 (n, Some(at))
             }
             _ => {
-                let size = dtype::itemsize(dtype::wire(&self.src_dtype, &self.dst_dtype)).unwrap_or(1);
+                let size = dtype::itemsize(dtype::wire(self.src_dtype, self.dst_dtype)).unwrap_or(1);
                 (volume(boxed) * size, None)
             }
         }
@@ -149,10 +149,13 @@ struct Need {
     index: u32,
 }
 
+/// A template's key: the shape, the distinct source boxes, the distinct wanted boxes.
+type Geometry<'a> = (&'a [u64], Vec<&'a Boxed>, Vec<&'a Boxed>);
+
 /// Interns lists of ranks or classes.
 #[derive(Default)]
 struct Interner {
-    ids: HashMap<Vec<u32>, u32>,
+    ids: FxMap<Vec<u32>, u32>,
     lists: Vec<Vec<u32>>,
 }
 
@@ -170,31 +173,26 @@ impl Interner {
 
 /// Plans the sync from `src` to `dst` (see the crate documentation).
 pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
-    src.validate("source")?;
-    dst.validate("destination")?;
-    let classes = classes(dst);
-    let src_index: HashMap<&str, usize> = src.tensors.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
-    let dst_index: HashMap<&str, usize> = dst.tensors.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+    let src_held = src.indexed("source")?;
+    let dst_held = dst.indexed("destination")?;
+    let classes = classes(&dst_held);
+    let src_index: FxMap<&str, usize> = src.tensors.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     // Who holds what, and which class wants what, by tensor.
     let mut held: Vec<Vec<(&Boxed, u32)>> = vec![Vec::new(); src.tensors.len()];
-    for (r, rank) in src.ranks.iter().enumerate() {
-        for (name, b) in &rank.slices {
-            if volume(b) > 0 {
-                held[src_index[name.as_str()]].push((b, r as u32));
-            }
+    for (r, boxes) in src_held.iter().enumerate() {
+        for &(ti, b) in boxes {
+            held[ti as usize].push((b, r as u32));
         }
     }
     let mut wanted: Vec<Vec<(&Boxed, u32)>> = vec![Vec::new(); dst.tensors.len()];
     for (c, members) in classes.iter().enumerate() {
-        for (name, b) in &dst.ranks[members[0]].slices {
-            if volume(b) > 0 {
-                wanted[dst_index[name.as_str()]].push((b, c as u32));
-            }
+        for &(ti, b) in &dst_held[members[0]] {
+            wanted[ti as usize].push((b, c as u32));
         }
     }
     let mut tensors = Vec::with_capacity(dst.tensors.len());
     let mut templates: Vec<Template> = Vec::new();
-    let mut template_ids: HashMap<(&[u64], Vec<&Boxed>, Vec<&Boxed>), u32> = HashMap::new();
+    let mut template_ids: FxMap<Geometry<'_>, u32> = FxMap::default();
     let (mut holders, mut class_sets) = (Interner::default(), Interner::default());
     let mut inst = Vec::with_capacity(dst.tensors.len());
     let mut groups = Vec::new();
@@ -208,8 +206,8 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
             tensors.push(PlanTensor {
                 name: t.name.clone(),
                 shape: t.shape.clone(),
-                src_dtype: t.dtype.clone(),
-                dst_dtype: t.dtype.clone(),
+                src_dtype: static_dtype(&t.dtype),
+                dst_dtype: static_dtype(&t.dtype),
                 scale: t.scale,
             });
             inst.push(NONE);
@@ -229,8 +227,8 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
         let pt = PlanTensor {
             name: t.name.clone(),
             shape: t.shape.clone(),
-            src_dtype: s.dtype.clone(),
-            dst_dtype: t.dtype.clone(),
+            src_dtype: static_dtype(&s.dtype),
+            dst_dtype: static_dtype(&t.dtype),
             scale: t.scale,
         };
         if pt.quantized() && pt.scale.is_none() {
@@ -252,7 +250,9 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
         let mut sranks: Vec<Vec<u32>> = Vec::new();
         for &(b, r) in have.iter() {
             if sboxes.last() == Some(&b) {
-                sranks.last_mut().map(|v| v.push(r));
+                if let Some(v) = sranks.last_mut() {
+                    v.push(r);
+                }
             } else {
                 sboxes.push(b);
                 sranks.push(vec![r]);
@@ -262,7 +262,9 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
         let mut dclasses: Vec<Vec<u32>> = Vec::new();
         for &(b, c) in want.iter() {
             if dboxes.last() == Some(&b) {
-                dclasses.last_mut().map(|v| v.push(c));
+                if let Some(v) = dclasses.last_mut() {
+                    v.push(c);
+                }
             } else {
                 dboxes.push(b);
                 dclasses.push(vec![c]);
@@ -273,7 +275,7 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
             Some(&id) => id,
             None => {
                 let made = template(&t.shape, &sboxes, &dboxes).map_err(|e| match e {
-                    Geometry::Overlap(a, b) => mismatch(format!(
+                    NoTemplate::Overlap(a, b) => mismatch(format!(
                         "source ranks {} and {} hold overlapping boxes {} and {} that are not the same box \
                          (replicas must hold identical boxes)",
                         sranks[a][0],
@@ -281,7 +283,7 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
                         show(sboxes[a]),
                         show(sboxes[b])
                     )),
-                    Geometry::Uncovered(j, missing) => Error::Uncovered {
+                    NoTemplate::Uncovered(j, missing) => Error::Uncovered {
                         tensor: t.name.clone(),
                         rank: classes[dclasses[j][0] as usize][0],
                         missing,
@@ -341,7 +343,7 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
     planned.derive();
     // Hosts by index: the sources' and destinations' names, each once.
     let mut names: Vec<String> = Vec::new();
-    let mut index: HashMap<String, u32> = HashMap::new();
+    let mut index: FxMap<String, u32> = FxMap::default();
     let mut intern = |name: String| {
         *index.entry(name.clone()).or_insert_with(|| {
             names.push(name);
@@ -362,19 +364,24 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
     Ok(planned)
 }
 
+/// A validated layout's dtype name, as the table's `'static` copy.
+fn static_dtype(name: &str) -> &'static str {
+    dtype::canonical(name).unwrap_or("u8")
+}
+
 /// Why a geometry has no template.
-enum Geometry {
+enum NoTemplate {
     /// Two distinct source boxes overlap (their indices).
     Overlap(usize, usize),
     /// A wanted box (its index) misses this many elements.
     Uncovered(usize, u64),
 }
 
-fn template(shape: &[u64], sboxes: &[&Boxed], dboxes: &[&Boxed]) -> Result<Template, Geometry> {
+fn template(shape: &[u64], sboxes: &[&Boxed], dboxes: &[&Boxed]) -> Result<Template, NoTemplate> {
     for (i, a) in sboxes.iter().enumerate() {
         for (j, b) in sboxes.iter().enumerate().skip(i + 1) {
             if intersect(a, b).is_some() {
-                return Err(Geometry::Overlap(i, j));
+                return Err(NoTemplate::Overlap(i, j));
             }
         }
     }
@@ -388,7 +395,7 @@ fn template(shape: &[u64], sboxes: &[&Boxed], dboxes: &[&Boxed]) -> Result<Templ
             }
         }
         if covered < volume(want) {
-            return Err(Geometry::Uncovered(j, volume(want) - covered));
+            return Err(NoTemplate::Uncovered(j, volume(want) - covered));
         }
     }
     pieces.sort_by(|a, b| a.boxed.cmp(&b.boxed));
@@ -401,13 +408,12 @@ fn template(shape: &[u64], sboxes: &[&Boxed], dboxes: &[&Boxed]) -> Result<Templ
 }
 
 /// Destination ranks grouped by identical boxes (empty boxes left out), in rank order.
-fn classes(dst: &Layout) -> Vec<Vec<usize>> {
-    let mut by_boxes: HashMap<Vec<(&str, &Boxed)>, usize> = HashMap::new();
+fn classes(held: &Held<'_>) -> Vec<Vec<usize>> {
+    let mut by_boxes: FxMap<&[(u32, &Boxed)], usize> = FxMap::default();
     let mut classes: Vec<Vec<usize>> = Vec::new();
-    for r in 0..dst.ranks.len() {
-        let key: Vec<(&str, &Boxed)> =
-            dst.ranks[r].slices.iter().filter(|(_, b)| volume(b) > 0).map(|(n, b)| (n.as_str(), b)).collect();
-        match by_boxes.get(&key) {
+    for (r, key) in held.iter().enumerate() {
+        let key = key.as_slice();
+        match by_boxes.get(key) {
             Some(&c) => classes[c].push(r),
             None => {
                 by_boxes.insert(key, classes.len());
@@ -484,7 +490,8 @@ impl Plan {
             candidates.extend(
                 self.holders[need.holders as usize].iter().map(|&r| (r as usize, self.src_hosts[r as usize] as usize)),
             );
-            let (provider, host) = load.choose(&candidates, readers, need.nbytes);
+            let (provider, host) =
+                if candidates.len() == 1 { candidates[0] } else { load.choose(&candidates, readers, need.nbytes) };
             load.add(host, readers, need.nbytes);
             bytes += need.nbytes * readers.len() as u64;
             choice[need.index as usize] = provider as u32;

@@ -1,0 +1,69 @@
+//! The planner's cost at frontier scale (docs/BENCHMARKS.md, "Weight-sync plans at frontier
+//! scale"): the Kimi-K2-shaped pair of layouts of `tests/kimi.rs`, planned cold several times,
+//! then encoded and decoded (the cache across processes), printed as one JSON line.
+//!
+//!     cargo run --release -p accel-reshard --example plan_scale [rounds]
+
+#[path = "../tests/support/kimi.rs"]
+mod kimi;
+
+use std::time::Instant;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let t0 = Instant::now();
+    let (src, dst) = (kimi::source(), kimi::destination());
+    let layouts = t0.elapsed().as_secs_f64();
+    let mut cold = Vec::new();
+    let mut planned = None;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let p = accel_reshard::plan(&src, &dst).expect("the layouts plan");
+        cold.push(t.elapsed().as_secs_f64());
+        planned = Some(p);
+    }
+    let p = planned.expect("at least one round");
+    let bytes = accel_reshard::encode(&p, "kimi");
+    let (mut enc, mut dec, mut part) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let b = accel_reshard::encode(&p, "kimi");
+        enc.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let (_, back) = accel_reshard::decode(&b).expect("decodes");
+        dec.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let n = back.destination(0).len() + back.source(0).len();
+        part.push(t.elapsed().as_secs_f64());
+        assert!(n > 0);
+    }
+    let t = Instant::now();
+    let all = p.sources_all();
+    let expand_all = t.elapsed().as_secs_f64();
+    let (templates, needs) = p.counts();
+    println!(
+        "{{\"tensors\": {}, \"parameters\": {}, \"src_ranks\": {}, \"dst_ranks\": {}, \"layouts_s\": {layouts:.4}, \
+         \"plan_cold_s\": {:.4}, \"plan_cold_all\": {:?}, \"encode_s\": {:.4}, \"decode_s\": {:.4}, \"one_rank_part_s\": {:.4}, \
+         \"expand_all_sources_s\": {expand_all:.4}, \"templates\": {templates}, \"pieces\": {needs}, \"memory_bytes\": {}, \
+         \"encoded_bytes\": {}, \"bytes_moved\": {}, \"buffers\": {}, \"threads\": {}}}",
+        src.tensors.len(),
+        kimi::parameters(&src),
+        src.ranks.len(),
+        dst.ranks.len(),
+        median(cold.clone()),
+        cold,
+        median(enc),
+        median(dec),
+        median(part),
+        p.memory(),
+        bytes.len(),
+        p.bytes,
+        all.iter().map(Vec::len).sum::<usize>(),
+        std::thread::available_parallelism().map_or(1, |c| c.get()),
+    );
+}
