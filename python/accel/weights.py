@@ -79,11 +79,16 @@ _STORAGE: dict[str, npt.DTypeLike] = {
     "i8": np.int8,
     "u8": np.uint8,
     "bool": np.bool_,
+    "f8e4m3": np.uint8,
+    "f8e5m2": np.uint8,
 }
 _FLOAT = {name for name, _, is_float in _native.reshard_dtypes() if is_float}
 assert {n: s for n, s, _ in _native.reshard_dtypes()} == {n: np.dtype(d).itemsize for n, d in _STORAGE.items()}
-# numpy dtypes to layout names; uint16 stays unnamed (it is bf16's storage, not a dtype of its own).
-_NAMES = {np.dtype(d): n for n, d in _STORAGE.items() if n != "bf16"}
+# numpy dtypes to layout names; uint16 and uint8 stay the integers (bf16's and FP8's storage are
+# not dtypes of their own); ml_dtypes' and torch's names for the ML types are known by name.
+_NAMES = {np.dtype(d): n for n, d in _STORAGE.items() if n not in ("bf16", "f8e4m3", "f8e5m2")}
+_ML_NAMES = {"bfloat16": "bf16", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
+_SCALES = ("tensor", "block")
 _CHUNK = 8 << 20  # elements converted at a time through a float32 temporary
 
 
@@ -121,6 +126,9 @@ Box = tuple[tuple[int, int], ...]
 def _dtype_name(dtype: Any) -> str:
     if isinstance(dtype, str) and dtype in _STORAGE:
         return dtype
+    named = _ML_NAMES.get(str(dtype).removeprefix("torch.")) or _ML_NAMES.get(getattr(dtype, "name", ""))
+    if named is not None:
+        return named
     try:
         return _NAMES[np.dtype(dtype)]
     except (TypeError, KeyError):
@@ -146,19 +154,32 @@ def _box(spec: Any, shape: tuple[int, ...], where: str) -> Box:
 
 
 class Layout:
-    """A sharded model state: ``tensors`` maps each name to (global shape, dtype), ``ranks``
+    """A sharded model state: ``tensors`` maps each name to (global shape, dtype) or (global
+    shape, FP8 dtype, scale), the scale being ``"tensor"`` or ``"block"`` (128x128); ``ranks``
     lists each rank's boxes (name -> box); ``hosts`` optionally says where each rank runs
-    (`host()` of its process), so the plan knows which ranks share memory and links."""
+    (`host()` of its process), so the plan knows which ranks share memory and links. A layout
+    is not changed once made (its JSON is computed once)."""
 
     def __init__(
         self,
-        tensors: Mapping[str, tuple[Sequence[int], Any]],
+        tensors: Mapping[str, Sequence[Any]],
         ranks: Sequence[Mapping[str, Any]],
         hosts: Sequence[str] | None = None,
+        scales: Mapping[str, str] | None = None,
     ) -> None:
-        self.tensors: dict[str, tuple[tuple[int, ...], str]] = {
-            str(name): (tuple(int(x) for x in shape), _dtype_name(dtype)) for name, (shape, dtype) in tensors.items()
-        }
+        self.tensors: dict[str, tuple[tuple[int, ...], str]] = {}
+        self.scales: dict[str, str] = dict(scales or {})
+        for name, spec in tensors.items():
+            shape, dtype = spec[0], spec[1]
+            self.tensors[str(name)] = (tuple(int(x) for x in shape), _dtype_name(dtype))
+            if len(spec) > 2 and spec[2] is not None:
+                self.scales[str(name)] = str(spec[2])
+        for name, sc in self.scales.items():
+            if sc not in _SCALES:
+                raise LayoutError(f"tensor {name!r}: scale {sc!r} is not one of {_SCALES}")
+            if name not in self.tensors:
+                raise LayoutError(f"a scale for {name!r}, which is not among the tensors")
+        self._json: str | None = None
         self.ranks: list[dict[str, Box]] = []
         for r, boxes in enumerate(ranks):
             held = {}
@@ -174,7 +195,7 @@ class Layout:
     @classmethod
     def sharded(
         cls,
-        tensors: Mapping[str, tuple[Sequence[int], Any]],
+        tensors: Mapping[str, Sequence[Any]],
         ranks: int,
         dim: int | Mapping[str, int | None] = 0,
         replicas: int = 1,
@@ -186,7 +207,7 @@ class Layout:
             raise LayoutError(f"{ranks} ranks do not hold {replicas} equal replicas")
         parts = ranks // replicas
         out: list[dict[str, Any]] = [{} for _ in range(ranks)]
-        for name, (shape, _) in tensors.items():
+        for name, (shape, *_) in tensors.items():
             d = dim.get(name, 0) if isinstance(dim, Mapping) else dim
             for r in range(ranks):
                 box = [(0, int(n)) for n in shape]
@@ -198,7 +219,7 @@ class Layout:
     @classmethod
     def from_placements(
         cls,
-        tensors: Mapping[str, tuple[Sequence[int], Any]],
+        tensors: Mapping[str, Sequence[Any]],
         mesh: Sequence[int] | np.ndarray[Any, Any],
         placements: Mapping[str, Sequence[str]],
     ) -> Layout:
@@ -212,7 +233,7 @@ class Layout:
             dims = tuple(int(x) for x in mesh)
             ranks_of = np.arange(math.prod(dims)).reshape(dims)
         out: list[dict[str, Any]] = [{} for _ in range(int(ranks_of.size))]
-        for name, (shape, _) in tensors.items():
+        for name, (shape, *_) in tensors.items():
             places = list(placements.get(name, ["R"] * ranks_of.ndim))
             if len(places) != ranks_of.ndim:
                 raise LayoutError(f"tensor {name!r}: {len(places)} placements for a {ranks_of.ndim}-dimensional mesh")
@@ -252,14 +273,22 @@ class Layout:
 
     def on(self, hosts: Sequence[str]) -> Layout:
         """The same layout with each rank's host (`host()` of each rank's process)."""
-        return Layout({n: t for n, t in self.tensors.items()}, self.ranks, hosts)
+        return Layout({n: t for n, t in self.tensors.items()}, self.ranks, hosts, self.scales)
 
-    def with_dtypes(self, dtypes: Mapping[str, Any] | Any) -> Layout:
-        """The same layout storing tensors as other dtypes (one for all, or per name)."""
+    def with_dtypes(self, dtypes: Mapping[str, Any] | Any, scale: str | Mapping[str, str] | None = None) -> Layout:
+        """The same layout storing tensors as other dtypes (one for all, or per name); FP8
+        dtypes (``f8e4m3``, ``f8e5m2``) take a ``scale`` (``"tensor"`` or ``"block"``; one for
+        all, or per name)."""
         def pick(name: str) -> Any:
             return dtypes.get(name, self.tensors[name][1]) if isinstance(dtypes, Mapping) else dtypes
 
-        return Layout({n: (s, pick(n)) for n, (s, _) in self.tensors.items()}, self.ranks, self.hosts)
+        made = {n: (s, _dtype_name(pick(n))) for n, (s, _) in self.tensors.items()}
+        scales = {n: sc for n, sc in self.scales.items() if made[n][1].startswith("f8")}
+        for n, (_, d) in made.items():
+            want = scale.get(n) if isinstance(scale, Mapping) else scale
+            if want is not None and d.startswith("f8"):
+                scales[n] = want
+        return Layout(made, self.ranks, self.hosts, scales)
 
     def shape_of(self, rank: int, name: str) -> tuple[int, ...]:
         """The local array shape of ``name`` on ``rank`` (its box's extent)."""
@@ -273,14 +302,23 @@ class Layout:
         )
 
     def to_json(self) -> str:
+        if self._json is not None:
+            return self._json
+        tensors: list[dict[str, Any]] = []
+        for n, (s, d) in self.tensors.items():
+            t: dict[str, Any] = {"name": n, "shape": list(s), "dtype": d}
+            if n in self.scales:
+                t["scale"] = self.scales[n]
+            tensors.append(t)
         doc = {
-            "tensors": [{"name": n, "shape": list(s), "dtype": d} for n, (s, d) in self.tensors.items()],
+            "tensors": tensors,
             "ranks": [
                 {"host": h, "slices": {n: [list(r) for r in box] for n, box in boxes.items()}}
                 for h, boxes in zip(self.hosts, self.ranks)
             ],
         }
-        return json.dumps(doc, separators=(",", ":"))
+        self._json = json.dumps(doc, separators=(",", ":"))
+        return self._json
 
 
 def _chunk(n: int, parts: int, i: int) -> tuple[int, int]:
@@ -334,6 +372,7 @@ class _Piece:
     box: Box
     offset: int
     nbytes: int
+    scales_at: int | None = None  # quantised: where its f32 scales start in the piece
 
 
 @dataclass(frozen=True)
@@ -345,21 +384,33 @@ class _Buffer:
 
 
 @dataclass(frozen=True)
+class _Quant:
+    """How a tensor is quantised at the source: the FP8 dtype and its scale ("tensor": one,
+    "block": one per 128x128 block)."""
+
+    dtype: str
+    scale: str
+
+
+@dataclass(frozen=True)
 class SourcePlan:
     """What source rank ``rank`` packs each step: its boxes and its buffers (picklable; hand
-    each trainer rank its own)."""
+    each trainer rank its own). ``quant`` names the tensors it quantises to FP8."""
 
     plan_id: str
     rank: int
     dtypes: dict[str, str]  # tensor -> dtype the source holds
     boxes: dict[str, Box]
     buffers: tuple[_Buffer, ...]
+    quant: dict[str, _Quant] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class DestinationPlan:
     """What destination rank ``rank`` reads each step: its boxes, their dtypes, and each
-    buffer it reads as (source rank, buffer index, the buffer)."""
+    buffer it reads as (source rank, buffer index, the buffer). A quantised tensor ``n`` comes
+    with its scales in ``scale_names[n]`` (``n + "_scale"`` per tensor, ``n + "_scale_inv"``
+    per 128x128 block, the names vLLM and SGLang load)."""
 
     plan_id: str
     rank: int
@@ -368,38 +419,54 @@ class DestinationPlan:
     dtypes: dict[str, str]
     boxes: dict[str, Box]
     fetches: tuple[tuple[int, int, _Buffer], ...]
+    quant: dict[str, _Quant] = field(default_factory=dict)
+    scale_names: dict[str, str] = field(default_factory=dict)
+
+
+def scale_name(name: str, scale: str) -> str:
+    """The name of tensor ``name``'s FP8 scales: ``_scale`` (one per tensor, vLLM's
+    ``weight_scale``) or ``_scale_inv`` (per 128x128 block, DeepSeek's and Kimi's checkpoints)."""
+    return name + ("_scale_inv" if scale == "block" else "_scale")
+
+
+def scale_box(box: Box, scale: str) -> Box:
+    """The scale groups a box touches: () for one per tensor, else block rows and columns."""
+    if scale != "block":
+        return ()
+    (r0, r1), (c0, c1) = box[-2], box[-1]
+    return ((r0 // 128, -(-r1 // 128)), (c0 // 128, -(-c1 // 128)))
 
 
 class Plan:
     """The moves between two layouts, computed once (`plan`). ``links`` is the bytes each
-    host's link carries per sync under the planner's model, ``bytes`` what the destinations
-    receive in all, ``seconds`` what planning took."""
+    host's link carries per sync under the planner's model; ``bytes`` what the destinations
+    receive in all (the pieces in the dtype they travel in, FP8 with its scales, each replica
+    counted, without the buffers' 64-byte alignment padding: the sum of every rank's
+    ``Landed.nbytes``); ``seconds`` what planning (or loading) took; ``templates``, ``pieces``
+    and ``memory`` the plan's size (distinct geometries, pieces placed, bytes it holds). A
+    rank's part is expanded when asked (`for_source`, `for_destination`)."""
 
-    def __init__(self, src: Layout, dst: Layout, key: tuple[str, str], raw: dict[str, Any], seconds: float) -> None:
+    def __init__(self, src: Layout, dst: Layout, key: str, native: Any, seconds: float) -> None:
         self.src, self.dst, self.seconds = src, dst, seconds
-        self.id = hashlib.sha256((key[0] + "\0" + key[1]).encode()).hexdigest()[:16]
-        self._names = [t["name"] for t in raw["tensors"]]
-        self.links: dict[str, dict[str, int]] = raw["links"]
-        self.bytes: int = int(raw["bytes"])
-        self.classes: list[list[int]] = raw["classes"]
-        self._sources: list[list[dict[str, Any]]] = raw["sources"]
-        self._fetches = [[(int(f["src"]), int(f["buffer"])) for f in fs] for fs in raw["destinations"]]
-        self._built: dict[tuple[int, int], _Buffer] = {}
+        self.id = key[:16]
+        self._key = key
+        self._native = native
+        summary = json.loads(native.summary())
+        self._names: list[str] = [t[0] for t in summary["tensors"]]
+        self._quant = {t[0]: _Quant(t[2], t[3]) for t in summary["tensors"] if t[3] is not None and t[1] != t[2]}
+        self.links: dict[str, dict[str, int]] = summary["links"]
+        self.bytes: int = int(summary["bytes"])
+        self.classes: list[list[int]] = summary["classes"]
+        self.templates: int = int(summary["templates"])
+        self.pieces: int = int(summary["pieces"])
+        self.memory: int = int(summary["memory"])
 
-    def _buffer(self, src: int, index: int) -> _Buffer:
-        """One buffer of the plan as objects (built per rank's part: a large plan holds
-        hundreds of thousands of pieces, and each rank needs only its own)."""
-        made = self._built.get((src, index))
-        if made is not None:
-            return made
-        b = self._sources[src][index]
+    def _buffer(self, raw: dict[str, Any]) -> _Buffer:
         pieces = tuple(
-            _Piece(self._names[p["tensor"]], tuple((lo, hi) for lo, hi in p["box"]), int(p["offset"]), int(p["nbytes"]))
-            for p in b["pieces"]
+            _Piece(self._names[t], tuple((int(lo), int(hi)) for lo, hi in box), int(off), int(n), None if s is None else int(s))
+            for t, box, off, n, s in raw["pieces"]
         )
-        made = _Buffer(readers=tuple(b["readers"]), relay=bool(b["relay"]), nbytes=int(b["nbytes"]), pieces=pieces)
-        self._built[(src, index)] = made
-        return made
+        return _Buffer(readers=tuple(raw["readers"]), relay=bool(raw["relay"]), nbytes=int(raw["nbytes"]), pieces=pieces)
 
     @property
     def busiest_link(self) -> int:
@@ -407,44 +474,109 @@ class Plan:
         return max([*self.links["out"].values(), *self.links["in"].values(), 0])
 
     def for_source(self, rank: int) -> SourcePlan:
+        raw = json.loads(self._native.source(rank))
         return SourcePlan(
             plan_id=self.id,
             rank=rank,
             dtypes={n: d for n, (_, d) in self.src.tensors.items()},
             boxes=dict(self.src.ranks[rank]),
-            buffers=tuple(self._buffer(rank, i) for i in range(len(self._sources[rank]))),
+            buffers=tuple(self._buffer(b) for b in raw),
+            quant={n: q for n, q in self._quant.items() if n in self.src.ranks[rank]},
         )
 
     def for_destination(self, rank: int) -> DestinationPlan:
+        raw = json.loads(self._native.destination(rank))
+        boxes = {n: b for n, b in self.dst.ranks[rank].items() if math.prod(hi - lo for lo, hi in b) > 0}
+        quant = {n: q for n, q in self._quant.items() if n in boxes}
         return DestinationPlan(
             plan_id=self.id,
             rank=rank,
             sources=len(self.src.ranks),
             src_dtypes={n: d for n, (_, d) in self.src.tensors.items()},
             dtypes={n: d for n, (_, d) in self.dst.tensors.items()},
-            boxes={n: b for n, b in self.dst.ranks[rank].items() if math.prod(hi - lo for lo, hi in b) > 0},
-            fetches=tuple((s, i, self._buffer(s, i)) for s, i in self._fetches[rank]),
+            boxes=boxes,
+            fetches=tuple((int(b["src"]), int(b["buffer"]), self._buffer(b)) for b in raw),
+            quant=quant,
+            scale_names={n: scale_name(n, q.scale) for n, q in quant.items()},
         )
 
+    def to_bytes(self) -> bytes:
+        """The plan as bytes, for a cache (`Plan.from_bytes` reads them back, for the same
+        pair of layouts only)."""
+        return bytes(self._native.to_bytes(self._key))
 
-_plans: dict[tuple[str, str], Plan] = {}
+    @classmethod
+    def from_bytes(cls, src: Layout, dst: Layout, data: bytes) -> Plan:
+        """A plan saved by `to_bytes`; LayoutError if it is damaged or for another pair."""
+        t0 = time.perf_counter()
+        key = _key(src, dst)
+        try:
+            tag, native = _native.reshard_plan_load(data)
+        except ValueError as e:
+            raise LayoutError(str(e)) from None
+        if tag != key:
+            raise LayoutError("this saved plan is for another pair of layouts")
+        return cls(src, dst, key, native, time.perf_counter() - t0)
 
 
-def plan(src: Layout, dst: Layout) -> Plan:
-    """The moves from ``src`` into ``dst`` (cached: the same pair of layouts is planned once
-    per process). Raises LayoutError naming the tensor and rank of any mistake."""
-    key = (src.to_json(), dst.to_json())
+_plans: dict[str, Plan] = {}
+_CACHE_VAR = "ACCEL_PLAN_CACHE"
+
+
+def _key(src: Layout, dst: Layout) -> str:
+    """A digest of both layouts (hosts, boxes, dtypes, scales): the plan's identity."""
+    h = hashlib.sha256(src.to_json().encode())
+    h.update(b"\0")
+    h.update(dst.to_json().encode())
+    return h.hexdigest()
+
+
+def plan(src: Layout, dst: Layout, *, cache: str | None = None) -> Plan:
+    """The moves from ``src`` into ``dst``, planned once per pair of layouts: kept in this
+    process, and with ``cache`` (a directory; default ``ACCEL_PLAN_CACHE``, none if unset)
+    saved there for other processes and later runs. Raises LayoutError naming the tensor and
+    rank of any mistake."""
+    key = _key(src, dst)
     cached = _plans.get(key)
     if cached is not None:
         return cached
+    folder = cache if cache is not None else os.environ.get(_CACHE_VAR)
+    path = os.path.join(folder, f"{key}.plan") if folder else None
+    if path is not None and os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                made = Plan.from_bytes(src, dst, f.read())
+        except (OSError, LayoutError):
+            made = None  # a damaged or foreign file: plan again and replace it
+        if made is not None:
+            _plans[key] = made
+            return made
     t0 = time.perf_counter()
     try:
-        raw = json.loads(_native.reshard_plan(*key))
+        native = _native.reshard_plan(src.to_json(), dst.to_json())
     except ValueError as e:
         raise LayoutError(str(e)) from None
-    made = Plan(src, dst, key, raw, time.perf_counter() - t0)
+    made = Plan(src, dst, key, native, time.perf_counter() - t0)
     _plans[key] = made
+    if path is not None:
+        _save(path, made.to_bytes())
     return made
+
+
+def _save(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a private temporary file and a rename, so a reader
+    never sees half a plan."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # --- moving the bytes -----------------------------------------------------------------------
@@ -485,12 +617,17 @@ class Sender:
         version ``version``."""
         t0 = time.perf_counter()
         arrays = {name: self._array(name, tensors) for name in {p.tensor for b in self.plan.buffers for p in b.pieces}}
+        grids: dict[str, list[float]] = {}  # FP8 scales, computed once per tensor and version
         refs = []
         total = 0
         try:
             for buf in self.plan.buffers:
                 out = _b.empty(buf.nbytes, np.uint8)
                 for p in buf.pieces:
+                    q = self.plan.quant.get(p.tensor)
+                    if q is not None:
+                        self._quantize(p, q, arrays[p.tensor], grids, out[p.offset : p.offset + p.nbytes])
+                        continue
                     dt = np.dtype(_STORAGE[self.plan.dtypes[p.tensor]])
                     view = out[p.offset : p.offset + p.nbytes].view(dt).reshape(_extent(p.box))
                     np.copyto(view, arrays[p.tensor][_local(p.box, self.plan.boxes[p.tensor])])
@@ -509,6 +646,19 @@ class Sender:
         _syncmetrics.record("send", True, total, {"pack": time.perf_counter() - t0})
         return Shipment(self.plan.plan_id, int(version), self.plan.rank, tuple(refs))
 
+    def _quantize(self, p: _Piece, q: _Quant, arr: np.ndarray[Any, Any], grids: dict[str, list[float]], out: np.ndarray[Any, Any]) -> None:
+        """Packs piece ``p`` as FP8 with its scales (accel_reshard::fp8, in Rust): the scales
+        come from the whole of this rank's box (the planner made sure each scale group lies in
+        one source box), so every destination gets the same bytes."""
+        box = self.plan.boxes[p.tensor]
+        shape, origin = [hi - lo for lo, hi in box], [lo for lo, _ in box]
+        src = (int(arr.__array_interface__["data"][0]), int(arr.nbytes))
+        dtype = self.plan.dtypes[p.tensor]
+        grid = grids.get(p.tensor)
+        if grid is None:
+            grid = grids[p.tensor] = _native.reshard_fp8_scales(src, dtype, shape, origin, q.scale, q.dtype)
+        _native.reshard_fp8_pack(src, dtype, shape, origin, q.scale, q.dtype, grid, [tuple(b) for b in p.box], _b._into(out))
+
     def _array(self, name: str, tensors: Mapping[str, Any]) -> np.ndarray[Any, Any]:
         if name not in tensors:
             raise KeyError(f"source rank {self.plan.rank} was not given {name!r}, which its plan sends")
@@ -523,7 +673,7 @@ class Sender:
         shape = _extent(self.plan.boxes[name])
         if arr.shape != shape or arr.dtype != want:
             raise ValueError(f"{name!r}: source rank {self.plan.rank} holds {shape} {want}, was given {arr.shape} {arr.dtype}")
-        return arr
+        return np.ascontiguousarray(arr) if name in self.plan.quant else arr
 
     def close(self) -> None:
         """Frees every version still published."""
@@ -536,13 +686,17 @@ class Sender:
 
 @dataclass
 class Landed:
-    """One receive: the version, bytes landed (source dtype), seconds in all, and per source
-    rank the bytes and GB/s of its buffers."""
+    """One receive: the version; ``nbytes``, the bytes of the pieces landed as they travel
+    (the source dtype, or FP8 with its scales; over all ranks these add up to ``Plan.bytes``);
+    ``read_bytes``, the bytes of the buffers read (the pieces plus the 64-byte alignment
+    between them: what crossed the links); seconds in all; and per source rank the bytes read
+    and GB/s of its buffers."""
 
     version: int
     nbytes: int
     seconds: float
     sources: dict[int, tuple[int, float]] = field(default_factory=dict)
+    read_bytes: int = 0
 
 
 def _convert(src: np.ndarray[Any, Any], dst: np.ndarray[Any, Any], src_dt: str, dst_dt: str) -> None:
@@ -592,7 +746,10 @@ class Receiver:
         self._staging: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
 
     def _arrays(self) -> dict[str, np.ndarray[Any, Any]]:
-        return {n: np.zeros(_extent(b), _STORAGE[self.plan.dtypes[n]]) for n, b in self.plan.boxes.items()}
+        made = {n: np.zeros(_extent(b), _STORAGE[self.plan.dtypes[n]]) for n, b in self.plan.boxes.items()}
+        for n, q in self.plan.quant.items():
+            made[self.plan.scale_names[n]] = np.zeros(_extent(scale_box(self.plan.boxes[n], q.scale)), np.float32)
+        return made
 
     @property
     def version(self) -> int | None:
@@ -656,7 +813,8 @@ class Receiver:
                 continue
             nbytes, secs = landed.sources.get(s, (0, 0.0))
             landed.sources[s] = (nbytes + buf.nbytes, max(secs, seconds))
-            landed.nbytes += buf.nbytes
+            landed.read_bytes += buf.nbytes
+            landed.nbytes += sum(p.nbytes for p in buf.pieces)
         if failure is not None:
             _syncmetrics.record("receive", False, 0, {})
             self.abort(version if self.double_buffer else None)
@@ -698,10 +856,28 @@ class Receiver:
             raw = _b.get(ref, relay=relay)  # a mapping on this host; a relayed copy otherwise
         seconds = time.perf_counter() - t0
         for p in buf.pieces:
+            q = self.plan.quant.get(p.tensor)
+            if q is not None:
+                self._unpack_fp8(raw, p, q, target)
+                continue
             src_dt, dst_dt = self.plan.src_dtypes[p.tensor], self.plan.dtypes[p.tensor]
             piece = raw[p.offset : p.offset + p.nbytes].view(np.dtype(_STORAGE[src_dt])).reshape(_extent(p.box))
             _convert(piece, target[p.tensor][_local(p.box, self.plan.boxes[p.tensor])], src_dt, dst_dt)
         return seconds
+
+    def _unpack_fp8(self, raw: np.ndarray[Any, Any], p: _Piece, q: _Quant, target: dict[str, np.ndarray[Any, Any]]) -> None:
+        """An FP8 piece: its bytes into the tensor, its scales into the tensor's scale array."""
+        box = self.plan.boxes[p.tensor]
+        elems = math.prod(_extent(p.box))
+        np.copyto(target[p.tensor][_local(p.box, box)], raw[p.offset : p.offset + elems].reshape(_extent(p.box)))
+        assert p.scales_at is not None
+        scales = raw[p.offset + p.scales_at : p.offset + p.nbytes].view("<f4")
+        sc = target[self.plan.scale_names[p.tensor]]
+        if q.scale != "block":
+            sc[()] = scales[0]
+            return
+        groups = scale_box(p.box, "block")
+        sc[_local(groups, scale_box(box, "block"))] = scales.reshape(_extent(groups))
 
     def commit(self, version: int) -> float:
         """Switches the landed ``version`` into service; returns how long readers were held

@@ -346,4 +346,4 @@ def test_metrics_are_in_the_transport_exposition():
         "accel_weight_sync_link_gbps{peer=",
     ):
         assert series in text, series
-    assert W.stats()["last_bytes"]["receive"] == sum(b.nbytes for _, _, b in p.for_destination(0).fetches)
+    assert W.stats()["last_bytes"]["receive"] == sum(x.nbytes for _, _, b in p.for_destination(0).fetches for x in b.pieces)
