@@ -79,6 +79,18 @@ impl ReshardPlan {
         serde_json::Value::from(out).to_string()
     }
 
+    /// The plan with one more destination rank on `host`, a replica of rank `like`, and that
+    /// rank's index (nothing is planned again).
+    fn with_replica(&self, like: usize, host: &str) -> PyResult<(ReshardPlan, usize)> {
+        let (plan, rank) = self.plan.with_replica(like, host).map_err(value_error)?;
+        Ok((ReshardPlan { plan }, rank))
+    }
+
+    /// The plan without destination rank `rank` (its slot stays empty).
+    fn without_replica(&self, rank: usize) -> PyResult<ReshardPlan> {
+        Ok(ReshardPlan { plan: self.plan.without_replica(rank).map_err(value_error)? })
+    }
+
     /// The plan as bytes (`reshard_plan_load` reads them back), tagged with `tag`.
     fn to_bytes<'py>(&self, py: Python<'py>, tag: &str) -> Bound<'py, PyBytes> {
         let bytes = py.detach(|| accel_reshard::encode(&self.plan, tag));

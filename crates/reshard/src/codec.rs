@@ -155,6 +155,11 @@ pub fn encode(plan: &Plan, tag: &str) -> Vec<u8> {
     w.lists(&plan.served);
     w.u32s(&plan.src_hosts);
     w.lists(&plan.class_hosts);
+    w.len(plan.hosts.len());
+    for h in &plan.hosts {
+        w.str(h);
+    }
+    w.u32s(&plan.dst_hosts);
     w.0
 }
 
@@ -216,6 +221,9 @@ pub fn decode(bytes: &[u8]) -> Result<(String, Plan), Error> {
     let served = r.lists()?;
     let src_hosts = r.u32s()?;
     let class_hosts = r.lists()?;
+    let nh = r.len(4)?;
+    let hosts = (0..nh).map(|_| r.str()).collect::<Result<Vec<_>, _>>()?;
+    let dst_hosts = r.u32s()?;
     if r.at != bytes.len() {
         return Err(bad("bytes after the end"));
     }
@@ -234,6 +242,8 @@ pub fn decode(bytes: &[u8]) -> Result<(String, Plan), Error> {
         served,
         src_hosts,
         class_hosts,
+        hosts,
+        dst_hosts,
         group_at: Vec::new(),
         need_at: Vec::new(),
     };
@@ -262,7 +272,11 @@ fn check(p: &Plan) -> Result<(), Error> {
         && p.served.len() == p.sources
         && p.served.iter().all(|s| within(s, p.classes.len()))
         && p.src_hosts.len() == p.sources
-        && p.class_hosts.len() == p.classes.len();
+        && p.class_hosts.len() == p.classes.len()
+        && p.class_hosts.iter().all(|h| within(h, p.hosts.len()))
+        && within(&p.src_hosts, p.hosts.len())
+        && within(&p.dst_hosts, p.hosts.len())
+        && p.classes.iter().flatten().all(|&r| r < p.dst_hosts.len());
     if !ok {
         return Err(bad("an index out of range"));
     }

@@ -45,4 +45,6 @@ pub enum Error {
     Uncovered { tensor: String, rank: usize, missing: u64, boxed: String },
     #[error("cached plan: {0}")]
     Cache(String),
+    #[error("{0}")]
+    Membership(String),
 }

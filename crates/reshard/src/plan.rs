@@ -134,6 +134,10 @@ pub struct Plan {
     /// The host of each source rank, and the hosts of each class's ranks (sorted).
     pub(crate) src_hosts: Vec<u32>,
     pub(crate) class_hosts: Vec<Vec<u32>>,
+    /// Host names by index.
+    pub(crate) hosts: Vec<String>,
+    /// Every destination rank's host, by rank (a rank that left keeps its slot).
+    pub(crate) dst_hosts: Vec<u32>,
     // Derived on construction and load: where each tensor's groups and choices start.
     pub(crate) group_at: Vec<u32>,
     pub(crate) need_at: Vec<u32>,
@@ -337,6 +341,8 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
         served: Vec::new(),
         src_hosts: Vec::new(),
         class_hosts: Vec::new(),
+        hosts: Vec::new(),
+        dst_hosts: Vec::new(),
         group_at: Vec::new(),
         need_at: Vec::new(),
     };
@@ -360,7 +366,9 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
             hosts
         })
         .collect();
-    planned.balance(&names);
+    planned.dst_hosts = dst_hosts;
+    planned.hosts = names;
+    planned.balance();
     Ok(planned)
 }
 
@@ -469,7 +477,7 @@ impl Plan {
 
     /// Chooses a source rank for every need: largest pieces first, each where it keeps the
     /// busiest link least busy (`balance`).
-    fn balance(&mut self, names: &[String]) {
+    fn balance(&mut self) {
         let mut needs = Vec::with_capacity(*self.need_at.last().unwrap_or(&0) as usize);
         self.each_need(|ti, k, p, c, n, h| {
             let (nbytes, _) = self.tensors[ti].piece_bytes(&p.boxed);
@@ -478,7 +486,7 @@ impl Plan {
         needs.sort_unstable_by(|a, b| {
             b.nbytes.cmp(&a.nbytes).then((a.tensor, a.piece, a.class).cmp(&(b.tensor, b.piece, b.class)))
         });
-        let mut load = Load::new(names.len());
+        let mut load = Load::new(self.hosts.len());
         let mut choice = vec![0u32; needs.len()];
         let mut bytes = 0;
         let mut candidates: Vec<(usize, usize)> = Vec::new();
@@ -502,8 +510,70 @@ impl Plan {
         });
         self.served = served.into_iter().map(|s| s.into_iter().collect()).collect();
         self.choice = choice;
-        self.links = load.links(names);
+        self.links = load.links(&self.hosts);
         self.bytes = bytes;
+    }
+
+    /// The links and bytes again from the choices (after a rank joined or left).
+    fn relink(&mut self) {
+        let mut load = Load::new(self.hosts.len());
+        let mut bytes = 0;
+        let readers: Vec<Vec<usize>> =
+            self.class_hosts.iter().map(|h| h.iter().map(|&x| x as usize).collect()).collect();
+        self.each_need(|ti, _, p, c, n, _| {
+            let (nbytes, _) = self.tensors[ti].piece_bytes(&p.boxed);
+            let r = &readers[c as usize];
+            load.add(self.src_hosts[self.choice[n] as usize] as usize, r, nbytes);
+            bytes += nbytes * r.len() as u64;
+        });
+        self.links = load.links(&self.hosts);
+        self.bytes = bytes;
+    }
+
+    /// The plan with one more destination rank on `host`, a replica of rank `like` (same
+    /// boxes): it joins `like`'s class, so it reads the same buffers and nothing is planned
+    /// again; every other rank's part stays as it was (the class's buffers gain a reader).
+    /// Returns the plan and the new rank's index.
+    pub fn with_replica(&self, like: usize, host: &str) -> Result<(Plan, usize), Error> {
+        let class = self.class_of(like).ok_or_else(|| Error::Membership(format!("destination rank {like} is not in the plan")))?;
+        let mut p = self.clone();
+        let h = match p.hosts.iter().position(|x| x == host) {
+            Some(h) => h as u32,
+            None => {
+                p.hosts.push(host.to_owned());
+                (p.hosts.len() - 1) as u32
+            }
+        };
+        let rank = p.dst_hosts.len();
+        p.dst_hosts.push(h);
+        p.classes[class].push(rank);
+        p.class_hosts[class].push(h);
+        p.class_hosts[class].sort_unstable();
+        p.relink();
+        Ok((p, rank))
+    }
+
+    /// The plan without destination rank `rank` (it left or died): its class reads on without
+    /// it, and its slot stays empty (no rank is renumbered). The last rank of a class cannot
+    /// leave: nobody else would hold its shard (plan again with a new layout).
+    pub fn without_replica(&self, rank: usize) -> Result<Plan, Error> {
+        let class = self.class_of(rank).ok_or_else(|| Error::Membership(format!("destination rank {rank} is not in the plan")))?;
+        if self.classes[class].len() == 1 {
+            return Err(Error::Membership(format!(
+                "destination rank {rank} is the only one holding its shard: plan again with a layout without it"
+            )));
+        }
+        let mut p = self.clone();
+        p.classes[class].retain(|&r| r != rank);
+        p.class_hosts[class] = p.classes[class].iter().map(|&r| p.dst_hosts[r]).collect();
+        p.class_hosts[class].sort_unstable();
+        p.relink();
+        Ok(p)
+    }
+
+    /// The class of destination rank `rank`.
+    pub fn class_of(&self, rank: usize) -> Option<usize> {
+        self.classes.iter().position(|c| c.contains(&rank))
     }
 
     /// Whether every chosen source rank holds its piece's box (a loaded plan is checked).
@@ -520,9 +590,9 @@ impl Plan {
         self.sources
     }
 
-    /// Number of destination ranks.
+    /// Number of destination rank slots (ranks that left keep theirs).
     pub fn destination_ranks(&self) -> usize {
-        self.classes.iter().map(|c| c.iter().max().map_or(0, |&m| m + 1)).max().unwrap_or(0)
+        self.dst_hosts.len()
     }
 
     /// Distinct geometries (templates) and pieces to place (piece, class) in the plan.
@@ -573,7 +643,7 @@ impl Plan {
 
     /// The buffers destination rank `rank` reads, each with where it comes from.
     pub fn destination(&self, rank: usize) -> Vec<(Fetch, Buffer)> {
-        let Some(class) = self.classes.iter().position(|c| c.contains(&rank)) else { return Vec::new() };
+        let Some(class) = self.class_of(rank) else { return Vec::new() };
         let mut by_src: Vec<Option<Buffer>> = vec![None; self.sources];
         self.each_need(|ti, _, p, c, n, _| {
             if c as usize == class {

@@ -188,3 +188,38 @@ fn mistakes_are_refused_with_the_tensor_named() {
     let halves = Layout { tensors: vec![t("w", &[4, 4], "f16")], ranks: vec![full] };
     assert_eq!(plan(&ok, &halves).unwrap().tensors[0].dst_dtype, "f16");
 }
+
+#[test]
+fn a_replica_joins_and_leaves_without_planning_again() {
+    let w = [t("w", &[8, 8], "f32")];
+    let half = |i: u64| [[i * 4, i * 4 + 4], [0, 8]];
+    let src = Layout { tensors: w.to_vec(), ranks: vec![rank("a", &[("w", &half(0))]), rank("a", &[("w", &half(1))])] };
+    let col = |i: u64| [[0, 8], [i * 4, i * 4 + 4]];
+    let dst = Layout {
+        tensors: w.to_vec(),
+        ranks: vec![rank("b", &[("w", &col(0))]), rank("c", &[("w", &col(1))]), rank("d", &[("w", &col(0))])],
+    };
+    let p = plan(&src, &dst).unwrap();
+    let per_rank = p.bytes / 3;
+    let (joined, new) = p.with_replica(2, "e").unwrap();
+    assert_eq!(new, 3);
+    assert_eq!(joined.class_of(3), joined.class_of(0));
+    assert_eq!(joined.bytes, p.bytes + per_rank);
+    // The joiner reads what its replica reads; the other class is untouched.
+    let strip = |v: Vec<(accel_reshard::Fetch, accel_reshard::Buffer)>| {
+        v.into_iter().map(|(f, b)| (f, b.pieces)).collect::<Vec<_>>()
+    };
+    assert_eq!(strip(joined.destination(3)), strip(joined.destination(0)));
+    assert_eq!(joined.destination(1), p.destination(1));
+    assert!(joined.destination(0).iter().all(|(_, b)| b.readers == vec![0, 2, 3] && b.relay));
+    assert_eq!(joined.links.inn["e"], per_rank);
+    // Leaving: back to two readers; the last rank of a class cannot leave.
+    let left = joined.without_replica(2).unwrap().without_replica(3).unwrap();
+    assert_eq!(left.bytes, p.bytes - per_rank);
+    assert!(left.destination(2).is_empty() && left.class_of(2).is_none());
+    assert!(left.without_replica(0).unwrap_err().to_string().contains("only one holding its shard"));
+    assert!(p.with_replica(9, "x").is_err());
+    // A plan that changed membership round-trips through its bytes too.
+    let (_, back) = accel_reshard::decode(&accel_reshard::encode(&joined, "j")).unwrap();
+    assert_eq!(back, joined);
+}
