@@ -500,6 +500,46 @@ class Plan:
             scale_names={n: scale_name(n, q.scale) for n, q in quant.items()},
         )
 
+    @property
+    def members(self) -> list[int]:
+        """The destination ranks in the plan (a rank that left keeps its index, outside it)."""
+        return sorted(r for c in self.classes for r in c)
+
+    def with_replica(self, like: int, host: str = "") -> tuple[Plan, int]:
+        """The plan with one more destination rank on ``host``, a replica of rank ``like``
+        (same boxes), and its index: nothing is planned again, the plan keeps its id, and every
+        other destination rank's part stays valid (the sources' buffers gain a reader: hand
+        the trainers their parts again)."""
+        rank = len(self.dst.ranks)
+        where = host or f"dst:{rank}"
+        try:
+            native, made = self._native.with_replica(like, where)
+        except ValueError as e:
+            raise LayoutError(str(e)) from None
+        assert made == rank
+        dst = Layout(self.dst.tensors, [*self.dst.ranks, self.dst.ranks[like]], [*self.dst.hosts, where], self.dst.scales)
+        return Plan(self.src, dst, self._key, native, 0.0), rank
+
+    def without_replica(self, rank: int) -> Plan:
+        """The plan without destination rank ``rank`` (it left or died): its replicas read on
+        without it; the last rank of a shard cannot leave."""
+        try:
+            native = self._native.without_replica(rank)
+        except ValueError as e:
+            raise LayoutError(str(e)) from None
+        return Plan(self.src, self.dst, self._key, native, 0.0)
+
+    def link_bytes(self, rank: int) -> dict[str, int]:
+        """The bytes destination rank ``rank`` reads over each source host's link per sync
+        (what admission counts; buffers from its own host use no link)."""
+        here = self.dst.hosts[rank] or f"dst:{rank}"
+        out: dict[str, int] = {}
+        for s, _, buf in self.for_destination(rank).fetches:
+            there = self.src.hosts[s] or f"src:{s}"
+            if there != here:
+                out[there] = out.get(there, 0) + buf.nbytes
+        return out
+
     def to_bytes(self) -> bytes:
         """The plan as bytes, for a cache (`Plan.from_bytes` reads them back, for the same
         pair of layouts only)."""
@@ -657,7 +697,7 @@ class Sender:
         grid = grids.get(p.tensor)
         if grid is None:
             grid = grids[p.tensor] = _native.reshard_fp8_scales(src, dtype, shape, origin, q.scale, q.dtype)
-        _native.reshard_fp8_pack(src, dtype, shape, origin, q.scale, q.dtype, grid, [tuple(b) for b in p.box], _b._into(out))
+        _native.reshard_fp8_pack(src, dtype, shape, origin, q.scale, q.dtype, grid, [(lo, hi) for lo, hi in p.box], _b._into(out))
 
     def _array(self, name: str, tensors: Mapping[str, Any]) -> np.ndarray[Any, Any]:
         if name not in tensors:
@@ -744,6 +784,8 @@ class Receiver:
         self._cond = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(threads, len(plan.fetches) or 1)))
         self._staging: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
+        self._receiving: int | None = None  # the version a receive is landing now
+        self._refused: str | None = None  # why this rank must not serve (too far behind)
 
     def _arrays(self) -> dict[str, np.ndarray[Any, Any]]:
         made = {n: np.zeros(_extent(b), _STORAGE[self.plan.dtypes[n]]) for n, b in self.plan.boxes.items()}
@@ -772,6 +814,8 @@ class Receiver:
         for readers of the set it would overwrite)."""
         with self._cond:
             self._cond.wait_for(lambda: self._writing_since is None)
+            if self._refused is not None:
+                raise WeightSyncError(self._refused, version=self._version)
             i = self._front
             self._readers[i] += 1
             version = self._version
@@ -789,6 +833,21 @@ class Receiver:
         t0 = time.perf_counter()
         by_rank = self._check(shipments)
         version = next(iter(by_rank.values())).version if by_rank else -1
+        with self._cond:
+            if self._receiving is not None:
+                raise WeightSyncError(
+                    f"destination rank {self.plan.rank} is still landing version {self._receiving} (it missed a "
+                    f"deadline); version {version} waits for the next step",
+                    version=version,
+                )
+            self._receiving = version
+        try:
+            return self._receive(by_rank, version, t0, timeout)
+        finally:
+            with self._cond:
+                self._receiving = None
+
+    def _receive(self, by_rank: dict[int, Shipment], version: int, t0: float, timeout: float) -> Landed:
         back = (self._front + 1) % len(self._sets)
         with self._cond:
             self._landed = self._previous = None
@@ -879,6 +938,48 @@ class Receiver:
         groups = scale_box(p.box, "block")
         sc[_local(groups, scale_box(box, "block"))] = scales.reshape(_extent(groups))
 
+    def share(self) -> tuple[int | None, dict[str, _b.Ref]]:
+        """The version in service as references to a copy of each array (each leased to one
+        reader): what a replica that joins reads to catch up without asking the trainers."""
+        with self.read() as (version, arrays):
+            return version, {n: _b.put(a, readers=1) for n, a in arrays.items()}
+
+    def catch_up(self, version: int, refs: Mapping[str, _b.Ref]) -> float:
+        """Lands a replica peer's version (`share`) into the back set and switches to it;
+        returns the seconds it took."""
+        t0 = time.perf_counter()
+        back = (self._front + 1) % len(self._sets)
+        with self._cond:
+            if self._receiving is not None:
+                raise WeightSyncError(f"destination rank {self.plan.rank} is landing version {self._receiving}")
+            self._cond.wait_for(lambda: self._readers[back] == 0)
+            self._landed = self._previous = None
+        target = self._sets[back]
+        missing = set(target) - set(refs)
+        if missing:
+            raise WeightSyncError(f"the replica peer shared no {sorted(missing)[:3]}", version=version)
+        for n, ref in refs.items():
+            if n in target:
+                _b.get(ref, out=target[n]) if ref.chosen_path == "tcp" else np.copyto(target[n], _b.get(ref))
+        with self._cond:
+            self._landed = version
+        self.commit(version)
+        return time.perf_counter() - t0
+
+    def check_lag(self, fleet: int, max_lag: int) -> bool:
+        """Refuses to serve (``read`` raises WeightSyncError) while this rank's version is more
+        than ``max_lag`` behind ``fleet``, the version the others serve; True if it may serve.
+        The next commit clears it."""
+        with self._cond:
+            behind = fleet - self._version if self._version is not None else None
+            if behind is None or behind > max_lag:
+                self._refused = (
+                    f"destination rank {self.plan.rank} serves version {self._version}, {behind} behind the fleet's "
+                    f"{fleet} (max_version_lag {max_lag}): not serving until it catches up"
+                )
+                return False
+            return True
+
     def commit(self, version: int) -> float:
         """Switches the landed ``version`` into service; returns how long readers were held
         off (seconds). With one set there is nothing to switch."""
@@ -891,6 +992,7 @@ class Receiver:
                 self._previous = self._version  # still whole in the back set, until a receive
             self._version = version
             self._landed = None
+            self._refused = None
             if not self.double_buffer and self._writing_since is not None:
                 t0, self._writing_since = self._writing_since, None  # readers waited since receive began
                 self._cond.notify_all()
