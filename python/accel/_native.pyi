@@ -170,3 +170,9 @@ def reshard_fp8_pack(
     boxed: list[tuple[int, int]],
     out: tuple[int, int],
 ) -> None: ...
+def dlpack_describe(
+    obj: Any,
+) -> tuple[Any, int, int, int, str, list[int], list[int] | None, bool]: ...
+def transport_route_ends(
+    src: tuple[str, str, int, str | None], dst: tuple[str, str, int, str | None], nixl: bool, cuda_ipc: bool
+) -> tuple[str, str, str]: ...

@@ -38,7 +38,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _native, _syncmetrics
+from . import _device, _native, _syncmetrics
 from . import _buffers as _b
 from ._native import AccelError, TransportError
 
@@ -90,6 +90,32 @@ _NAMES = {np.dtype(d): n for n, d in _STORAGE.items() if n not in ("bf16", "f8e4
 _ML_NAMES = {"bfloat16": "bf16", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
 _SCALES = ("tensor", "block")
 _CHUNK = 8 << 20  # elements converted at a time through a float32 temporary
+
+
+_TORCH_NAMES = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+_torch: Any = None
+
+
+def framework_tensor(arr: np.ndarray[Any, Any], dtype: str) -> Any:
+    """``arr`` (in its storage dtype) as the frameworks hold ``dtype``: a torch tensor sharing
+    its memory when torch is installed, else a numpy view in ml_dtypes' type when that is
+    installed, else ``arr`` itself (bf16 as its 16 bits, FP8 as bytes)."""
+    global _torch
+    if _torch is None:
+        try:
+            _torch = importlib.import_module("torch")
+        except ImportError:
+            _torch = False
+    if _torch:
+        t = _torch.from_numpy(np.ascontiguousarray(arr))
+        return t.view(getattr(_torch, _TORCH_NAMES[dtype])) if dtype in _TORCH_NAMES else t
+    if dtype in _TORCH_NAMES:
+        try:
+            ml = importlib.import_module("ml_dtypes")
+        except ImportError:
+            return arr
+        return arr.view(getattr(ml, _TORCH_NAMES[dtype]))
+    return arr
 
 
 class LayoutError(AccelError, ValueError):
@@ -403,6 +429,7 @@ class SourcePlan:
     boxes: dict[str, Box]
     buffers: tuple[_Buffer, ...]
     quant: dict[str, _Quant] = field(default_factory=dict)
+    routes: tuple[tuple[_device.Route, ...], ...] = ()  # per buffer, per reader
 
 
 @dataclass(frozen=True)
@@ -421,6 +448,8 @@ class DestinationPlan:
     fetches: tuple[tuple[int, int, _Buffer], ...]
     quant: dict[str, _Quant] = field(default_factory=dict)
     scale_names: dict[str, str] = field(default_factory=dict)
+    routes: tuple[_device.Route, ...] = ()  # per fetch
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # global shapes
 
 
 def scale_name(name: str, scale: str) -> str:
@@ -457,6 +486,7 @@ class Plan:
         self.links: dict[str, dict[str, int]] = summary["links"]
         self.bytes: int = int(summary["bytes"])
         self.classes: list[list[int]] = summary["classes"]
+        self.places: tuple[list[_device.Where], list[_device.Where], bool, bool] | None = None
         self.templates: int = int(summary["templates"])
         self.pieces: int = int(summary["pieces"])
         self.memory: int = int(summary["memory"])
@@ -473,8 +503,26 @@ class Plan:
         """Bytes on the busiest link per sync."""
         return max([*self.links["out"].values(), *self.links["in"].values(), 0])
 
+    def with_places(self, src: Sequence[_device.Where], dst: Sequence[_device.Where], *, nixl: bool, cuda_ipc: bool) -> Plan:
+        """Says where every rank's weights live (its process, host, device, machine), so each
+        rank's part carries the route of every buffer it sends or reads (`_device.route`):
+        device to device where the topology and the backends allow, through host memory with
+        the reason otherwise."""
+        if len(src) != len(self.src.ranks) or len(dst) < len(self.dst.ranks):
+            raise LayoutError(f"{len(src)} source and {len(dst)} destination places for {len(self.src.ranks)} and {len(self.dst.ranks)} ranks")
+        self.places = (list(src), list(dst), nixl, cuda_ipc)
+        return self
+
+    def _route(self, s: int, d: int) -> _device.Route:
+        assert self.places is not None
+        src, dst, nixl, ipc = self.places
+        return _device.route(src[s], dst[d], nixl=nixl, cuda_ipc=ipc)
+
     def for_source(self, rank: int) -> SourcePlan:
         raw = json.loads(self._native.source(rank))
+        routes: tuple[tuple[_device.Route, ...], ...] = ()
+        if self.places is not None:
+            routes = tuple(tuple(self._route(rank, d) for d in b["readers"]) for b in raw)
         return SourcePlan(
             plan_id=self.id,
             rank=rank,
@@ -482,6 +530,7 @@ class Plan:
             boxes=dict(self.src.ranks[rank]),
             buffers=tuple(self._buffer(b) for b in raw),
             quant={n: q for n, q in self._quant.items() if n in self.src.ranks[rank]},
+            routes=routes,
         )
 
     def for_destination(self, rank: int) -> DestinationPlan:
@@ -498,6 +547,8 @@ class Plan:
             fetches=tuple((int(b["src"]), int(b["buffer"]), self._buffer(b)) for b in raw),
             quant=quant,
             scale_names={n: scale_name(n, q.scale) for n, q in quant.items()},
+            routes=tuple(self._route(int(b["src"]), rank) for b in raw) if self.places is not None else (),
+            shapes={n: self.dst.tensors[n][0] for n in boxes},
         )
 
     @property
@@ -518,7 +569,11 @@ class Plan:
             raise LayoutError(str(e)) from None
         assert made == rank
         dst = Layout(self.dst.tensors, [*self.dst.ranks, self.dst.ranks[like]], [*self.dst.hosts, where], self.dst.scales)
-        return Plan(self.src, dst, self._key, native, 0.0), rank
+        made = Plan(self.src, dst, self._key, native, 0.0)
+        if self.places is not None:
+            src_places, dst_places, nixl, ipc = self.places
+            made.places = (src_places, [*dst_places, _device.Where(f"joiner-{rank}", where)], nixl, ipc)
+        return made, rank
 
     def without_replica(self, rank: int) -> Plan:
         """The plan without destination rank ``rank`` (it left or died): its replicas read on
@@ -527,7 +582,9 @@ class Plan:
             native = self._native.without_replica(rank)
         except ValueError as e:
             raise LayoutError(str(e)) from None
-        return Plan(self.src, self.dst, self._key, native, 0.0)
+        made = Plan(self.src, self.dst, self._key, native, 0.0)
+        made.places = self.places
+        return made
 
     def link_bytes(self, rank: int) -> dict[str, int]:
         """The bytes destination rank ``rank`` reads over each source host's link per sync
@@ -623,14 +680,26 @@ def _save(path: str, data: bytes) -> None:
 
 
 @dataclass(frozen=True)
+class DeviceBuffer:
+    """A buffer packed in device memory: its CUDA IPC handle, bytes, device and the packing
+    process (a reader on the same node maps it and copies device to device)."""
+
+    handle: bytes
+    nbytes: int
+    device: int
+    pid: int
+
+
+@dataclass(frozen=True)
 class Shipment:
-    """One source rank's version: a reference per buffer of its plan. Small and picklable:
+    """One source rank's version: a reference per buffer of its plan (a transport `Ref` for a
+    buffer in host memory, a `DeviceBuffer` for one in device memory). Small and picklable:
     what travels from trainers to inference workers through Ray."""
 
     plan_id: str
     version: int
     rank: int
-    refs: tuple[_b.Ref, ...]
+    refs: tuple[Any, ...]
 
 
 def _local(box: Box, origin: Box) -> tuple[slice, ...]:
@@ -639,6 +708,15 @@ def _local(box: Box, origin: Box) -> tuple[slice, ...]:
 
 def _extent(box: Box) -> tuple[int, ...]:
     return tuple(hi - lo for lo, hi in box)
+
+
+@dataclass(frozen=True)
+class _DevicePlace(_device.Place):
+    """A source rank's device tensor: its device, and its DLPack capsule, held while the
+    version packs."""
+
+    device_index: int = 0
+    keep: Any = None
 
 
 class Sender:
@@ -650,6 +728,9 @@ class Sender:
         self.keep = max(1, keep)
         self._versions: list[tuple[int, list[_b.Ref]]] = []
         self._lock = threading.Lock()
+        self._device: dict[tuple[int, int], tuple[int, bytes]] = {}  # (buffer, slot) -> (pointer, IPC handle)
+        self._slot = 0
+        self.staged: dict[int, str] = {}  # buffer -> why its device bytes went through host memory
 
     def publish(self, version: int, tensors: Mapping[str, Any]) -> Shipment:
         """Packs ``tensors`` (this rank's local arrays: each its box's shape, in the layout's
@@ -658,33 +739,109 @@ class Sender:
         t0 = time.perf_counter()
         arrays = {name: self._array(name, tensors) for name in {p.tensor for b in self.plan.buffers for p in b.pieces}}
         grids: dict[str, list[float]] = {}  # FP8 scales, computed once per tensor and version
-        refs = []
+        refs: list[Any] = []
         total = 0
+        self._slot = (self._slot + 1) % (self.keep + 1)
         try:
-            for buf in self.plan.buffers:
+            for i, buf in enumerate(self.plan.buffers):
+                on_device = any(isinstance(arrays[p.tensor], _device.Place) for p in buf.pieces)
+                if on_device and self._device_path(i):
+                    refs.append(self._pack_device(i, buf, arrays, grids))
+                    total += buf.nbytes
+                    continue
                 out = _b.empty(buf.nbytes, np.uint8)
                 for p in buf.pieces:
+                    src = arrays[p.tensor]
                     q = self.plan.quant.get(p.tensor)
                     if q is not None:
-                        self._quantize(p, q, arrays[p.tensor], grids, out[p.offset : p.offset + p.nbytes])
-                        continue
-                    dt = np.dtype(_STORAGE[self.plan.dtypes[p.tensor]])
-                    view = out[p.offset : p.offset + p.nbytes].view(dt).reshape(_extent(p.box))
-                    np.copyto(view, arrays[p.tensor][_local(p.box, self.plan.boxes[p.tensor])])
+                        self._quantize(p, q, self._on_host(p.tensor, src, arrays), grids, out[p.offset : p.offset + p.nbytes])
+                    elif isinstance(src, _device.Place):  # device to this host buffer, the piece only
+                        _device.pack(self._engine(), src, p.box, _b._into(out[p.offset : p.offset + p.nbytes])[0], False)
+                    else:
+                        dt = np.dtype(_STORAGE[self.plan.dtypes[p.tensor]])
+                        view = out[p.offset : p.offset + p.nbytes].view(dt).reshape(_extent(p.box))
+                        np.copyto(view, src[_local(p.box, self.plan.boxes[p.tensor])])
                 refs.append(_b.put(out, readers=len(buf.readers)))
                 total += buf.nbytes
         except BaseException:
             for ref in refs:
-                _b.free(ref)
+                if isinstance(ref, _b.Ref):
+                    _b.free(ref)
             _syncmetrics.record("send", False, 0, {})
             raise
         with self._lock:
-            self._versions.append((version, refs))
+            self._versions.append((version, [r for r in refs if isinstance(r, _b.Ref)]))
             while len(self._versions) > self.keep:
                 for ref in self._versions.pop(0)[1]:
                     _b.free(ref)  # read by all (already freed: False) or abandoned by a failed sync
         _syncmetrics.record("send", True, total, {"pack": time.perf_counter() - t0})
         return Shipment(self.plan.plan_id, int(version), self.plan.rank, tuple(refs))
+
+    def _engine(self) -> _device.Engine:
+        gpu = _device.cuda()
+        if gpu is None:
+            raise WeightSyncError(f"source rank {self.plan.rank} holds tensors in device memory, and {_device.cuda_unavailable()}")
+        return gpu
+
+    def _device_path(self, i: int) -> bool:
+        """Whether buffer ``i`` goes device to device: every reader's route is CUDA IPC or NIXL
+        and this process has the CUDA driver; otherwise why not is recorded in ``staged``."""
+        routes = self.plan.routes[i] if i < len(self.plan.routes) else ()
+        why = ""
+        if not routes:
+            why = "no route was planned for this buffer (plan_weight_sync plans them from each rank's device and machine)"
+        elif any(r.staged for r in routes):
+            why = next(r.staged_why for r in routes if r.staged)
+        elif any(r.path != "cuda_ipc" for r in routes):
+            why = "a reader's route is NIXL, which the weight sync drives for host buffers only so far"
+        elif _device.cuda() is None:
+            why = str(_device.cuda_unavailable())
+        if why:
+            self.staged[i] = why
+            return False
+        self.staged.pop(i, None)
+        return True
+
+    def _on_host(self, name: str, src: Any, arrays: dict[str, Any]) -> np.ndarray[Any, Any]:
+        """A device tensor's whole box in host memory (FP8 is quantised on the host: no device
+        kernel is built), copied once per version; host arrays as they are."""
+        if not isinstance(src, _device.Place):
+            return np.asarray(src)
+        key = f"{name}\0host"
+        held = arrays.get(key)
+        if held is None:
+            held = np.empty(src.shape, _STORAGE[self.plan.dtypes[name]])
+            box = tuple((o, o + n) for o, n in zip(src.origin, src.shape))
+            _device.pack(self._engine(), src, box, int(held.__array_interface__["data"][0]), False)
+            arrays[key] = held
+        return np.asarray(held)
+
+    def _pack_device(self, i: int, buf: _Buffer, arrays: dict[str, Any], grids: dict[str, list[float]]) -> DeviceBuffer:
+        """Packs buffer ``i`` in device memory (device-to-device copies; FP8 quantised on the
+        host, then copied in) and exports it as a CUDA IPC handle."""
+        gpu = _device.cuda()
+        assert gpu is not None
+        device = next(a.device_index for a in arrays.values() if isinstance(a, _DevicePlace))
+        gpu.bind(device)
+        slot = self._device.get((i, self._slot))
+        if slot is None:
+            ptr = gpu.alloc(buf.nbytes)
+            slot = self._device[(i, self._slot)] = (ptr, gpu.export(ptr))
+        ptr, handle = slot
+        for p in buf.pieces:
+            src = arrays[p.tensor]
+            q = self.plan.quant.get(p.tensor)
+            if q is not None:
+                tmp = np.empty(p.nbytes, np.uint8)
+                self._quantize(p, q, self._on_host(p.tensor, src, arrays), grids, tmp)
+                gpu.copy2d(ptr + p.offset, p.nbytes, True, int(tmp.__array_interface__["data"][0]), p.nbytes, False, p.nbytes, 1)
+                self.staged[i] = "FP8 is quantised on the host (no device kernel is built yet)"
+            elif isinstance(src, _device.Place):
+                _device.pack(gpu, src, p.box, ptr + p.offset, True)
+            else:
+                gpu.copy2d(ptr + p.offset, p.nbytes, True, int(np.ascontiguousarray(src[_local(p.box, self.plan.boxes[p.tensor])]).__array_interface__["data"][0]), p.nbytes, False, p.nbytes, 1)
+        gpu.synchronize()
+        return DeviceBuffer(handle, buf.nbytes, device, os.getpid())
 
     def _quantize(self, p: _Piece, q: _Quant, arr: np.ndarray[Any, Any], grids: dict[str, list[float]], out: np.ndarray[Any, Any]) -> None:
         """Packs piece ``p`` as FP8 with its scales (accel_reshard::fp8, in Rust): the scales
@@ -699,29 +856,47 @@ class Sender:
             grid = grids[p.tensor] = _native.reshard_fp8_scales(src, dtype, shape, origin, q.scale, q.dtype)
         _native.reshard_fp8_pack(src, dtype, shape, origin, q.scale, q.dtype, grid, [(lo, hi) for lo, hi in p.box], _b._into(out))
 
-    def _array(self, name: str, tensors: Mapping[str, Any]) -> np.ndarray[Any, Any]:
+    def _array(self, name: str, tensors: Mapping[str, Any]) -> Any:
+        """This rank's box of ``name``: a numpy array (host memory, storage dtype), or the
+        `Place` of a device tensor. Anything DLPack exports is read in place, in its own dtype
+        (a torch bfloat16 or float8 tensor needs no integer view)."""
         if name not in tensors:
             raise KeyError(f"source rank {self.plan.rank} was not given {name!r}, which its plan sends")
         value = tensors[name]
-        if type(value).__module__.startswith("torch") and str(getattr(value, "dtype", "")) == "torch.bfloat16":
-            torch = importlib.import_module("torch")  # the caller has torch: it handed us a tensor
-            value = value.detach().contiguous().view(torch.int16)  # DLPack to numpy has no bf16
+        shape = _extent(self.plan.boxes[name])
+        if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+            if hasattr(value, "detach"):
+                value = value.detach()  # a torch parameter: DLPack refuses tensors that need grad
+            t = _device.describe(value)
+            if t.dtype not in (self.plan.dtypes[name], _device.RAW.get(self.plan.dtypes[name])) or t.shape != shape:
+                raise ValueError(f"{name!r}: source rank {self.plan.rank} holds {shape} {self.plan.dtypes[name]}, was given {t.shape} {t.dtype}")
+            if t.on_host:
+                return np.ascontiguousarray(_device.host_array(t))
+            if not t.contiguous:
+                raise ValueError(f"{name!r}: a device tensor must be contiguous (call .contiguous() first)")
+            if t.device_type not in _device.CUDA_TYPES:
+                raise WeightSyncError(f"{name!r} is in {t.device} memory: the weight sync moves host and CUDA memory")
+            return _DevicePlace(t.address, shape, tuple(lo for lo, _ in self.plan.boxes[name]), t.itemsize, True, t.device_id, t.capsule)
         arr, _ = _b._as_array(value)
         want = np.dtype(_STORAGE[self.plan.dtypes[name]])
         if arr.dtype.itemsize == want.itemsize and arr.dtype != want and self.plan.dtypes[name] == "bf16":
             arr = arr.view(want)  # torch bfloat16 arrives through DLPack as 2-byte elements
-        shape = _extent(self.plan.boxes[name])
         if arr.shape != shape or arr.dtype != want:
             raise ValueError(f"{name!r}: source rank {self.plan.rank} holds {shape} {want}, was given {arr.shape} {arr.dtype}")
         return np.ascontiguousarray(arr) if name in self.plan.quant else arr
 
     def close(self) -> None:
-        """Frees every version still published."""
+        """Frees every version still published (and its device buffers)."""
         with self._lock:
             for _, refs in self._versions:
                 for ref in refs:
                     _b.free(ref)
             self._versions.clear()
+            gpu = _device.cuda() if self._device else None
+            for ptr, _ in self._device.values():
+                if gpu is not None:
+                    gpu.free(ptr)
+            self._device.clear()
 
 
 @dataclass
@@ -737,6 +912,21 @@ class Landed:
     seconds: float
     sources: dict[int, tuple[int, float]] = field(default_factory=dict)
     read_bytes: int = 0
+    routes: list[PieceRoute] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PieceRoute:
+    """How one piece came: from which source rank, which tensor and box, the transport's path
+    and its reason, and whether device bytes were staged through host memory (and why)."""
+
+    source: int
+    tensor: str
+    box: Box
+    path: str
+    reason: str
+    staged: bool = False
+    why: str = ""
 
 
 def _convert(src: np.ndarray[Any, Any], dst: np.ndarray[Any, Any], src_dt: str, dst_dt: str) -> None:
@@ -769,12 +959,33 @@ class Receiver:
     """A destination rank's side: two sets of arrays (front serves, back receives), a version
     landed into the back and switched in by `commit`. ``double_buffer=False`` keeps one set
     (half the memory): receiving then writes what readers read, so it waits for them and
-    serving pauses for the whole receive."""
+    serving pauses for the whole receive.
 
-    def __init__(self, plan: DestinationPlan, *, double_buffer: bool = True, threads: int = 8) -> None:
+    ``targets`` gives the sets yourself (one, or two with double buffering): dicts of tensors
+    any DLPack producer made (torch CUDA tensors, say), one per name of the rank's boxes and FP8
+    scales, each its box's shape in the dtype it travels in (no conversion happens on a
+    device). Pieces land there in place: device to device where the route allows, host to
+    device otherwise (`Landed.routes` says which, per piece)."""
+
+    def __init__(
+        self,
+        plan: DestinationPlan,
+        *,
+        double_buffer: bool = True,
+        threads: int = 8,
+        targets: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
         self.plan = plan
-        self.double_buffer = double_buffer
-        self._sets = [self._arrays() for _ in range(2 if double_buffer else 1)]
+        self._shapes = plan.shapes
+        self._places: list[dict[str, _device.Place]] = []
+        if targets is not None:
+            self.double_buffer = len(targets) > 1
+            self._sets = [self._adopt(t) for t in targets]
+            if len(targets) not in (1, 2):
+                raise ValueError("targets are one set, or two for double buffering")
+        else:
+            self.double_buffer = double_buffer
+            self._sets = [self._arrays() for _ in range(2 if double_buffer else 1)]
         self._front = 0
         self._version: int | None = None
         self._landed: int | None = None
@@ -786,6 +997,28 @@ class Receiver:
         self._staging: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
         self._receiving: int | None = None  # the version a receive is landing now
         self._refused: str | None = None  # why this rank must not serve (too far behind)
+
+    def _adopt(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Checks a set of caller's tensors against the plan and records where each lives."""
+        places: dict[str, _device.Place] = {}
+        want = {n: (_extent(b), self.plan.dtypes[n]) for n, b in self.plan.boxes.items()}
+        for n, q in self.plan.quant.items():
+            want[self.plan.scale_names[n]] = (_extent(scale_box(self.plan.boxes[n], q.scale)), "f32")
+        missing = sorted(set(want) - set(given))
+        if missing:
+            raise ValueError(f"destination rank {self.plan.rank}: no target for {missing[:3]}")
+        for n, (shape, dtype) in want.items():
+            if n in self.plan.boxes and n not in self.plan.quant and self.plan.src_dtypes[n] != dtype:
+                raise ValueError(f"{n!r}: targets take the dtype a piece travels in ({self.plan.src_dtypes[n]}), not {dtype}: convert at the source or land in host arrays")
+            t = _device.describe(given[n])
+            if t.shape != shape or t.dtype not in (dtype, _device.RAW.get(dtype)) or not t.contiguous or t.readonly:
+                raise ValueError(f"{n!r}: the target must be a writable, contiguous {shape} {dtype} tensor, not {t.shape} {t.dtype}")
+            if not t.on_host and t.device_type not in _device.CUDA_TYPES:
+                raise ValueError(f"{n!r} is in {t.device} memory: targets are host or CUDA memory")
+            box = self.plan.boxes.get(n) or scale_box(self.plan.boxes[n.rsplit("_scale", 1)[0]], "block")
+            places[n] = _DevicePlace(t.address, shape, tuple(lo for lo, _ in box), t.itemsize, not t.on_host, t.device_id, t.capsule)
+        self._places.append(places)
+        return dict(given)
 
     def _arrays(self) -> dict[str, np.ndarray[Any, Any]]:
         made = {n: np.zeros(_extent(b), _STORAGE[self.plan.dtypes[n]]) for n, b in self.plan.boxes.items()}
@@ -859,7 +1092,7 @@ class Receiver:
         futures = [self._pool.submit(self._fetch, by_rank[s], i, buf, target) for s, i, buf in self.plan.fetches]
         landed = Landed(version, 0, 0.0)
         failure: WeightSyncError | None = None
-        for (s, _, buf), fut in zip(self.plan.fetches, futures):
+        for j, ((s, i, buf), fut) in enumerate(zip(self.plan.fetches, futures)):
             try:
                 seconds = fut.result()
             except Exception as e:  # any failure of a fetch or its unpacking fails the sync cleanly
@@ -874,6 +1107,8 @@ class Receiver:
             landed.sources[s] = (nbytes + buf.nbytes, max(secs, seconds))
             landed.read_bytes += buf.nbytes
             landed.nbytes += sum(p.nbytes for p in buf.pieces)
+            r = self._route_of(j, by_rank[s].refs[i])
+            landed.routes.extend(PieceRoute(s, p.tensor, p.box, r.path, r.reason, r.staged, r.staged_why) for p in buf.pieces)
         if failure is not None:
             _syncmetrics.record("receive", False, 0, {})
             self.abort(version if self.double_buffer else None)
@@ -901,9 +1136,20 @@ class Receiver:
             raise WeightSyncError(f"no shipment from source rank(s) {missing}", version=min(versions) if versions else None)
         return by_rank
 
-    def _fetch(self, ship: Shipment, index: int, buf: _Buffer, target: dict[str, np.ndarray[Any, Any]]) -> float:
+    def _fetch(self, ship: Shipment, index: int, buf: _Buffer, target: dict[str, Any]) -> float:
         t0 = time.perf_counter()
         ref = ship.refs[index]
+        places = self._places[self._set_of(target)] if self._places else None
+        if isinstance(ref, DeviceBuffer):
+            gpu = _device.cuda()
+            if gpu is None:
+                raise WeightSyncError(f"source rank {ship.rank} packed a buffer in device memory, and {_device.cuda_unavailable()}")
+            gpu.bind(ref.device)
+            base = gpu.open(ref.handle)
+            for p in buf.pieces:
+                self._land(p, base + p.offset, True, target, places, gpu)
+            gpu.synchronize()
+            return time.perf_counter() - t0
         relay = buf.relay or os.environ.get("ACCEL_TRANSPORT_RELAY") == "1"
         if ref.chosen_path == "tcp" and not (relay and ref.readers >= 2):
             # Streamed into this rank's own staging array, kept from step to step (warm pages).
@@ -914,6 +1160,12 @@ class Receiver:
         else:
             raw = _b.get(ref, relay=relay)  # a mapping on this host; a relayed copy otherwise
         seconds = time.perf_counter() - t0
+        if places is not None:  # the caller's tensors: host to device (or host) in place
+            base = int(raw.__array_interface__["data"][0])
+            gpu = _device.cuda() if any(pl.device for pl in places.values()) else None
+            for p in buf.pieces:
+                self._land(p, base + p.offset, False, target, places, gpu)
+            return seconds
         for p in buf.pieces:
             q = self.plan.quant.get(p.tensor)
             if q is not None:
@@ -923,6 +1175,44 @@ class Receiver:
             piece = raw[p.offset : p.offset + p.nbytes].view(np.dtype(_STORAGE[src_dt])).reshape(_extent(p.box))
             _convert(piece, target[p.tensor][_local(p.box, self.plan.boxes[p.tensor])], src_dt, dst_dt)
         return seconds
+
+    def _route_of(self, j: int, ref: Any) -> _device.Route:
+        """The route fetch ``j`` took: the planned one, else what the transport chose for it."""
+        if j < len(self.plan.routes):
+            return self.plan.routes[j]
+        if isinstance(ref, DeviceBuffer):
+            return _device.Route("cuda_ipc", "device_buffer", f"a CUDA IPC handle of GPU {ref.device}")
+        chosen = ref.route
+        return _device.Route(chosen.path, chosen.reason, chosen.detail)
+
+    def _set_of(self, target: dict[str, Any]) -> int:
+        return next(i for i, s in enumerate(self._sets) if s is target)
+
+    def _land(self, p: _Piece, at: int, src_dev: bool, target: dict[str, Any], places: dict[str, _device.Place] | None, gpu: Any) -> None:
+        """One piece at address ``at`` (device memory or host) into its place: a target tensor
+        (`places`), or this receiver's own host arrays."""
+        if places is None:  # a device buffer into host arrays
+            arr = target[p.tensor]
+            place: _device.Place = _device.Place(int(arr.__array_interface__["data"][0]), arr.shape, tuple(lo for lo, _ in self.plan.boxes[p.tensor]), arr.itemsize, False)
+            scale_arr = target.get(self.plan.scale_names.get(p.tensor, ""))
+            scale_place = None if scale_arr is None else _device.Place(int(scale_arr.__array_interface__["data"][0]), scale_arr.shape, (), 4, False)
+        else:
+            place = places[p.tensor]
+            scale_place = places.get(self.plan.scale_names.get(p.tensor, ""))
+        engine = gpu if (src_dev or place.device) else _device.HostEngine()
+        if engine is None:
+            raise WeightSyncError(f"destination rank {self.plan.rank} lands in device memory, and {_device.cuda_unavailable()}")
+        _device.unpack(engine, at, src_dev, p.box, place)
+        q = self.plan.quant.get(p.tensor)
+        if q is None or scale_place is None or p.scales_at is None:
+            return
+        groups = scale_box(p.box, q.scale)
+        own = scale_box(self.plan.boxes[p.tensor], q.scale)
+        sp = _device.Place(scale_place.address, tuple(hi - lo for lo, hi in own), tuple(lo for lo, _ in own), 4, scale_place.device)
+        if q.scale != "block":  # one scale: the same four bytes in every piece
+            engine.copy2d(sp.address, 4, sp.device, at + p.scales_at, 4, src_dev, 4, 1)
+        else:
+            _device.unpack(engine, at + p.scales_at, src_dev, groups, sp)
 
     def _unpack_fp8(self, raw: np.ndarray[Any, Any], p: _Piece, q: _Quant, target: dict[str, np.ndarray[Any, Any]]) -> None:
         """An FP8 piece: its bytes into the tensor, its scales into the tensor's scale array."""
@@ -937,6 +1227,30 @@ class Receiver:
             return
         groups = scale_box(p.box, "block")
         sc[_local(groups, scale_box(box, "block"))] = scales.reshape(_extent(groups))
+
+    def hand_to(self, load_weights: Callable[[Iterator[tuple[str, Any]]], Any], *, whole: bool = False) -> tuple[int | None, Any]:
+        """Hands the version in service to an engine's ``load_weights(weights)`` hook, the one
+        vLLM's and SGLang's models expose (an iterable of ``(name, tensor)``): every tensor of
+        this rank, then the FP8 scales under their names (`scale_name`), as torch tensors in
+        their own dtype when torch is installed (bfloat16, float8_e4m3fn, float8_e5m2), else
+        numpy arrays (the ML dtypes through ml_dtypes if installed, else their raw bits). The
+        engines' hooks shard whole checkpoint tensors themselves: ``whole=True`` hands each
+        tensor at its global shape with this rank's box filled (the rest zeros), so a hook
+        sharding like this rank's layout takes exactly its box. Returns the version handed
+        and what the hook returned; readers of the version are not held off meanwhile."""
+        with self.read() as (version, arrays):
+            def pairs() -> Iterator[tuple[str, Any]]:
+                for name, box in self.plan.boxes.items():
+                    arr = np.asarray(arrays[name])
+                    if whole:
+                        full = np.zeros(tuple(self._shapes[name]), arr.dtype)
+                        full[_local(box, tuple((0, n) for n in self._shapes[name]))] = arr
+                        arr = full
+                    yield name, framework_tensor(arr, self.plan.dtypes[name])
+                for name, sname in self.plan.scale_names.items():
+                    yield sname, framework_tensor(np.asarray(arrays[sname]), "f32")
+
+            return version, load_weights(pairs())
 
     def share(self) -> tuple[int | None, dict[str, _b.Ref]]:
         """The version in service as references to a copy of each array (each leased to one

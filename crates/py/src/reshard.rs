@@ -188,7 +188,10 @@ fn reshard_fp8_pack(
     // SAFETY: `accel.weights` passes the source array and a slice of a buffer it packs, both
     // held (and written by nobody else) for the length of this call.
     let (src, dst) = unsafe {
-        (bytes(array.0, array.1), if out.1 == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(out.0 as *mut u8, out.1) })
+        (
+            bytes(array.0, array.1),
+            if out.1 == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(out.0 as *mut u8, out.1) },
+        )
     };
     let local = fp8::Local { bytes: src, dtype, shape: &shape, origin: &origin };
     py.detach(|| fp8::quantize(&local, kind, f, &grid, &boxed, dst)).map_err(value_error)

@@ -535,7 +535,9 @@ impl Plan {
     /// again; every other rank's part stays as it was (the class's buffers gain a reader).
     /// Returns the plan and the new rank's index.
     pub fn with_replica(&self, like: usize, host: &str) -> Result<(Plan, usize), Error> {
-        let class = self.class_of(like).ok_or_else(|| Error::Membership(format!("destination rank {like} is not in the plan")))?;
+        let class = self
+            .class_of(like)
+            .ok_or_else(|| Error::Membership(format!("destination rank {like} is not in the plan")))?;
         let mut p = self.clone();
         let h = match p.hosts.iter().position(|x| x == host) {
             Some(h) => h as u32,
@@ -557,7 +559,9 @@ impl Plan {
     /// it, and its slot stays empty (no rank is renumbered). The last rank of a class cannot
     /// leave: nobody else would hold its shard (plan again with a new layout).
     pub fn without_replica(&self, rank: usize) -> Result<Plan, Error> {
-        let class = self.class_of(rank).ok_or_else(|| Error::Membership(format!("destination rank {rank} is not in the plan")))?;
+        let class = self
+            .class_of(rank)
+            .ok_or_else(|| Error::Membership(format!("destination rank {rank} is not in the plan")))?;
         if self.classes[class].len() == 1 {
             return Err(Error::Membership(format!(
                 "destination rank {rank} is the only one holding its shard: plan again with a layout without it"

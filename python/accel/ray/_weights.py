@@ -66,18 +66,31 @@ class WeightSource:
 
 class WeightTarget:
     """Mixin for an inference rank's actor: serve from `weights()`; `sync_weights` calls the
-    ``accel_*`` methods."""
+    ``accel_*`` methods. An engine with its own parameters registers its ``load_weights`` hook
+    (`set_weights_hook`): every version it switches to is handed to it."""
 
     _accel_receiver: _w.Receiver | None = None
+    _accel_hook: tuple[Any, bool] | None = None
+    _accel_targets: Any = None
 
     def accel_host(self) -> str:
         return _w.host()
 
+    def set_weights_hook(self, load_weights: Any, *, whole: bool = False) -> None:
+        """``load_weights(iterable of (name, tensor))`` is called with each version this rank
+        switches to (`Receiver.hand_to`; ``whole`` as there)."""
+        self._accel_hook = (load_weights, whole)
+
+    def set_weight_targets(self, targets: Any) -> None:
+        """The rank lands into these tensors (one or two sets; device tensors too, see
+        `Receiver`) instead of arrays of its own; call before `plan_weight_sync`."""
+        self._accel_targets = targets
+
     def setup_weight_target(self, part: _w.DestinationPlan, double_buffer: bool = True) -> int:
-        """Allocates the rank's buffers; returns their bytes."""
+        """Allocates the rank's buffers (or adopts its targets); returns their bytes."""
         if self._accel_receiver is not None:
             self._accel_receiver.close()
-        self._accel_receiver = _w.Receiver(part, double_buffer=double_buffer)
+        self._accel_receiver = _w.Receiver(part, double_buffer=double_buffer, targets=self._accel_targets)
         return self._accel_receiver.nbytes
 
     def _receiver(self) -> _w.Receiver:
@@ -95,7 +108,11 @@ class WeightTarget:
         return self._receiver().receive(shipments)
 
     def accel_commit(self, version: int) -> float:
-        return self._receiver().commit(version)
+        pause = self._receiver().commit(version)
+        if self._accel_hook is not None:
+            hook, whole = self._accel_hook
+            self._receiver().hand_to(hook, whole=whole)
+        return pause
 
     def accel_abort(self, version: int) -> None:
         self._receiver().abort(version)
