@@ -586,6 +586,20 @@ class Plan:
         made.places = self.places
         return made
 
+    def predict(self, fleet: Mapping[str, Any]) -> dict[str, Any]:
+        """The fabric model's time for one sync of this plan on a described cluster
+        (`accel_reshard::fabric`): ``fleet`` gives ``nics`` and ``nic_gbit`` per host (and
+        optionally ``host_gbit`` overrides, scale-up ``domains`` with ``scale_up_gbyte``,
+        ``leaves`` with their ``oversubscription``, the ``efficiency`` a transfer reaches, relays'
+        ``chunk_bytes`` and a fixed ``setup_s``). Returns ``floor_s`` (the busiest resource at
+        line rate), ``seconds`` (the prediction), ``bottleneck`` and its bytes, the bytes over
+        NICs and scale-up links, and the longest relay chain (``hops``)."""
+        try:
+            out: dict[str, Any] = json.loads(self._native.predict(json.dumps(dict(fleet))))
+        except ValueError as e:
+            raise LayoutError(str(e)) from None
+        return out
+
     def link_bytes(self, rank: int) -> dict[str, int]:
         """The bytes destination rank ``rank`` reads over each source host's link per sync
         (what admission counts; buffers from its own host use no link)."""

@@ -190,3 +190,16 @@ def test_fp8_mistakes_are_refused_by_name() -> None:
     f8src = W.Layout.sharded({"w": (shape, "f8e4m3")}, ranks=1)
     with pytest.raises(W.LayoutError, match="cannot convert f8e4m3 to bf16"):
         W.plan(f8src, W.Layout.sharded({"w": (shape, "bf16")}, ranks=1))
+
+
+def test_the_fabric_model_replays_a_plan_over_a_described_fleet() -> None:
+    # Two trainer hosts to four inference hosts: every inference host receives a quarter, the
+    # two trainer hosts send half each; at 8 Gbit/s (1 GB/s) the floor is the busiest of those.
+    t = {"w": ((1024, 1024), "f32")}
+    p = W.plan(W.Layout.sharded(t, ranks=2, dim=0).on(["t0", "t1"]), W.Layout.sharded(t, ranks=4, dim=1).on(["i0", "i1", "i2", "i3"]))
+    got = p.predict({"nics": 1, "nic_gbit": 8, "efficiency": 0.8, "setup_s": 0.01})
+    assert got["floor_s"] == pytest.approx(2 * 2**20 / 1e9) and got["bottleneck"].startswith("NICs out of t")
+    assert got["seconds"] == pytest.approx(got["floor_s"] / 0.8 + 0.01)
+    assert got["nic_bytes"] == p.bytes
+    with pytest.raises(W.LayoutError, match="invalid fleet"):
+        p.predict({"nics": 1})

@@ -91,6 +91,14 @@ impl ReshardPlan {
         Ok(ReshardPlan { plan: self.plan.without_replica(rank).map_err(value_error)? })
     }
 
+    /// The fabric model's prediction (`accel_reshard::fabric`) for this plan on the fleet
+    /// described by `fleet` (JSON), as JSON.
+    fn predict(&self, fleet: &str) -> PyResult<String> {
+        let fleet: accel_reshard::Fleet =
+            serde_json::from_str(fleet).map_err(|e| PyValueError::new_err(format!("invalid fleet: {e}")))?;
+        serde_json::to_string(&accel_reshard::predict(&self.plan, &fleet)).map_err(value_error)
+    }
+
     /// The plan as bytes (`reshard_plan_load` reads them back), tagged with `tag`.
     fn to_bytes<'py>(&self, py: Python<'py>, tag: &str) -> Bound<'py, PyBytes> {
         let bytes = py.detach(|| accel_reshard::encode(&self.plan, tag));

@@ -42,6 +42,16 @@ fn main() {
         part.push(t.elapsed().as_secs_f64());
         assert!(n > 0);
     }
+    // The fabric model on a described fleet: 32 + 16 H100 nodes, each with 8 NICs of 400 Gbit/s,
+    // one non-blocking fabric, transfers at 85% of line rate (nixlbench reached 85% on 400G:
+    // ai-dynamo/nixl PR #1647), the transport's 4 MiB relay pieces.
+    let fleet: accel_reshard::Fleet = serde_json::from_str(
+        r#"{"nics": 8, "nic_gbit": 400, "efficiency": 0.85, "chunk_bytes": 4194304}"#,
+    )
+    .expect("the fleet parses");
+    let t = Instant::now();
+    let model = accel_reshard::predict(&p, &fleet);
+    let model_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let all = p.sources_all();
     let expand_all = t.elapsed().as_secs_f64();
@@ -50,7 +60,7 @@ fn main() {
         "{{\"tensors\": {}, \"parameters\": {}, \"src_ranks\": {}, \"dst_ranks\": {}, \"layouts_s\": {layouts:.4}, \
          \"plan_cold_s\": {:.4}, \"plan_cold_all\": {:?}, \"encode_s\": {:.4}, \"decode_s\": {:.4}, \"one_rank_part_s\": {:.4}, \
          \"expand_all_sources_s\": {expand_all:.4}, \"templates\": {templates}, \"pieces\": {needs}, \"memory_bytes\": {}, \
-         \"encoded_bytes\": {}, \"bytes_moved\": {}, \"buffers\": {}, \"threads\": {}}}",
+         \"encoded_bytes\": {}, \"bytes_moved\": {}, \"buffers\": {}, \"threads\": {}, \"model_s\": {model_s:.4}, \"prediction\": {}}}",
         src.tensors.len(),
         kimi::parameters(&src),
         src.ranks.len(),
@@ -65,5 +75,6 @@ fn main() {
         p.bytes,
         all.iter().map(Vec::len).sum::<usize>(),
         std::thread::available_parallelism().map_or(1, |c| c.get()),
+        serde_json::to_string(&model).expect("a prediction serialises"),
     );
 }

@@ -15,11 +15,13 @@
 //! destination comes from exactly one source rank: where several ranks hold the same box
 //! (data-parallel replicas), the planner picks the one that keeps the busiest link least busy
 //! (module `balance`). Plans serialise (`codec`) and expand per rank on demand. FP8
-//! destinations are quantised at the source (`fp8`), once per class.
+//! destinations are quantised at the source (`fp8`), once per class. `fabric` replays a plan
+//! over a described cluster to predict a sync's time and its floor.
 
 mod balance;
 mod codec;
 mod dtype;
+pub mod fabric;
 pub mod fp8;
 mod layout;
 mod plan;
@@ -27,6 +29,7 @@ mod plan;
 pub use balance::Links;
 pub use codec::{decode, encode};
 pub use dtype::{convertible, is_fp8, itemsize, wire, DTYPES};
+pub use fabric::{predict, Fleet, Prediction};
 pub use fp8::Scale;
 pub use layout::{Layout, RankSpec, TensorSpec};
 pub use plan::{plan, Buffer, Fetch, Piece, Plan, PlanTensor, ALIGN};

@@ -580,6 +580,24 @@ impl Plan {
         self.classes.iter().position(|c| c.contains(&rank))
     }
 
+    /// Calls `f(provider host, reader hosts (sorted), bytes, relayed)` for every piece placed:
+    /// what the fabric model replays.
+    pub(crate) fn each_move(&self, mut f: impl FnMut(usize, &[u32], u64, bool)) {
+        let relayed: Vec<Vec<bool>> = self
+            .class_hosts
+            .iter()
+            .map(|hosts| {
+                let readers: Vec<usize> = hosts.iter().map(|&h| h as usize).collect();
+                (0..self.hosts.len()).map(|p| Load::relayed(p, &readers)).collect()
+            })
+            .collect();
+        self.each_need(|ti, _, p, c, n, _| {
+            let (nbytes, _) = self.tensors[ti].piece_bytes(&p.boxed);
+            let host = self.src_hosts[self.choice[n] as usize] as usize;
+            f(host, &self.class_hosts[c as usize], nbytes, relayed[c as usize][host]);
+        });
+    }
+
     /// Whether every chosen source rank holds its piece's box (a loaded plan is checked).
     pub(crate) fn choices_valid(&self) -> bool {
         let mut ok = true;
