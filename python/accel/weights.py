@@ -206,6 +206,7 @@ class Layout:
             if name not in self.tensors:
                 raise LayoutError(f"a scale for {name!r}, which is not among the tensors")
         self._json: str | None = None
+        self._digest: str | None = None
         self.ranks: list[dict[str, Box]] = []
         for r, boxes in enumerate(ranks):
             held = {}
@@ -345,6 +346,12 @@ class Layout:
         }
         self._json = json.dumps(doc, separators=(",", ":"))
         return self._json
+
+    def digest(self) -> str:
+        """SHA-256 of the layout's JSON, computed once (a layout is not changed once made)."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(self.to_json().encode()).hexdigest()
+        return self._digest
 
 
 def _chunk(n: int, parts: int, i: int) -> tuple[int, int]:
@@ -636,10 +643,7 @@ _CACHE_VAR = "ACCEL_PLAN_CACHE"
 
 def _key(src: Layout, dst: Layout) -> str:
     """A digest of both layouts (hosts, boxes, dtypes, scales): the plan's identity."""
-    h = hashlib.sha256(src.to_json().encode())
-    h.update(b"\0")
-    h.update(dst.to_json().encode())
-    return h.hexdigest()
+    return hashlib.sha256(f"{src.digest()}\0{dst.digest()}".encode()).hexdigest()
 
 
 def plan(src: Layout, dst: Layout, *, cache: str | None = None) -> Plan:

@@ -45,10 +45,9 @@ fn main() {
     // The fabric model on a described fleet: 32 + 16 H100 nodes, each with 8 NICs of 400 Gbit/s,
     // one non-blocking fabric, transfers at 85% of line rate (nixlbench reached 85% on 400G:
     // ai-dynamo/nixl PR #1647), the transport's 4 MiB relay pieces.
-    let fleet: accel_reshard::Fleet = serde_json::from_str(
-        r#"{"nics": 8, "nic_gbit": 400, "efficiency": 0.85, "chunk_bytes": 4194304}"#,
-    )
-    .expect("the fleet parses");
+    let fleet: accel_reshard::Fleet =
+        serde_json::from_str(r#"{"nics": 8, "nic_gbit": 400, "efficiency": 0.85, "chunk_bytes": 4194304}"#)
+            .expect("the fleet parses");
     let t = Instant::now();
     let model = accel_reshard::predict(&p, &fleet);
     let model_s = t.elapsed().as_secs_f64();

@@ -111,7 +111,7 @@ pub fn encode(plan: &Plan, tag: &str) -> Vec<u8> {
     for t in &plan.tensors {
         w.str(&t.name);
         w.len(t.shape.len());
-        for &d in &t.shape {
+        for &d in t.shape.iter() {
             w.u64(d);
         }
         w.u8(dtype_index(t.src_dtype));
@@ -174,10 +174,26 @@ pub fn decode(bytes: &[u8]) -> Result<(String, Plan), Error> {
     let total = r.u64()?;
     let n = r.len(8)?;
     let mut tensors = Vec::with_capacity(n);
+    let mut shapes: Vec<std::sync::Arc<[u64]>> = Vec::new();
     for _ in 0..n {
         let name = r.str()?;
         let dims = r.len(8)?;
-        let shape = (0..dims).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+        let raw = r.take(dims * 8)?;
+        // Tensors of one shape mostly follow each other: look back a little, then allocate.
+        let same = |s: &std::sync::Arc<[u64]>| {
+            s.len() == dims && s.iter().zip(raw.chunks_exact(8)).all(|(&a, b)| b == a.to_le_bytes())
+        };
+        let shape = match shapes.iter().rev().take(8).find(|s| same(s)) {
+            Some(s) => s.clone(),
+            None => {
+                let made: std::sync::Arc<[u64]> = raw
+                    .chunks_exact(8)
+                    .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                    .collect();
+                shapes.push(made.clone());
+                made
+            }
+        };
         let (src_dtype, dst_dtype) = (dtype_name(r.u8()?)?, dtype_name(r.u8()?)?);
         let scale = match r.u8()? {
             0 => None,

@@ -23,13 +23,13 @@ pub(crate) const NONE: u32 = u32::MAX;
 /// A tensor as the plan moves it: held as `src_dtype` by the sources, travelling as
 /// [`dtype::wire`] of the two (FP8 is quantised at the source, with `scale`), and held as
 /// `dst_dtype` by the destinations.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanTensor {
     pub name: String,
-    pub shape: Vec<u64>,
+    /// Shared among the tensors of one shape (a decoded plan allocates each shape once).
+    pub shape: std::sync::Arc<[u64]>,
     pub src_dtype: &'static str,
     pub dst_dtype: &'static str,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<Scale>,
 }
 
@@ -209,7 +209,7 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
             }
             tensors.push(PlanTensor {
                 name: t.name.clone(),
-                shape: t.shape.clone(),
+                shape: t.shape.as_slice().into(),
                 src_dtype: static_dtype(&t.dtype),
                 dst_dtype: static_dtype(&t.dtype),
                 scale: t.scale,
@@ -230,7 +230,7 @@ pub fn plan(src: &Layout, dst: &Layout) -> Result<Plan, Error> {
         }
         let pt = PlanTensor {
             name: t.name.clone(),
-            shape: t.shape.clone(),
+            shape: t.shape.as_slice().into(),
             src_dtype: static_dtype(&s.dtype),
             dst_dtype: static_dtype(&t.dtype),
             scale: t.scale,
