@@ -58,6 +58,14 @@ def layouts(size: int, count: int, system: str):
     return src, dst
 
 
+def subset(layout, name: str):
+    """The layout of one of its tensors."""
+    from accel import weights as W
+
+    ranks = [{name: r[name]} if name in r else {} for r in layout.ranks]
+    return W.Layout({name: layout.tensors[name]}, ranks, layout.hosts, {n: v for n, v in layout.scales.items() if n == name})
+
+
 def goodput() -> float:
     """Bytes per second one TCP stream moves from node 0 to node TRAINERS over the shaped links."""
     server = (
@@ -98,14 +106,21 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
     node_of = lambda d: bb.node(bws.TRAINERS + d // bws.PER_NODE)  # noqa: E731
     workers = [Worker.options(resources={node_of(d): 0.01}, runtime_env=tcp).remote(src, dst, d) for d in range(bws.WORKERS)]
     ray.get([a.ready.remote() for a in trainers + workers])
-    p = W.plan(src, dst)
-    ray.get(
-        [a.setup_weight_source.remote(p.for_source(r)) for r, a in enumerate(trainers)]
-        + [w.setup_weight_target.remote(p.for_destination(d)) for d, w in enumerate(workers)]
-    )
-    ray.get([w.serve.remote() for w in workers])
+
+    def setup(plan):
+        ray.get(
+            [a.setup_weight_source.remote(plan.for_source(r)) for r, a in enumerate(trainers)]
+            + [w.setup_weight_target.remote(plan.for_destination(d)) for d, w in enumerate(workers)]
+        )
+
     admission = accel.ray.Admission(receivers=1) if system == "admit" else None
-    res: dict = {"plan": {"bytes": p.bytes, "links": p.links, "seconds": p.seconds}, "rows": []}
+    # The fixed cost of a step, for the fabric model: the same sync of one tensor of the 32
+    # (the same actors, calls and checks; 1/32 of the bytes), minus the model's link time for it.
+    first = next(iter(src.tensors))
+    small = W.plan(subset(src, first), subset(dst, first))
+    setup(small)
+    p = small
+    res: dict = {"rows": []}
 
     def step(n: int, ranks: list, **kw) -> dict:
         t0 = time.perf_counter()
@@ -124,6 +139,12 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
               f"serving p99 {row['serving_p99'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
         return row
 
+    calibration = [step(100 + i, workers)["sync"] for i in range(3)]
+    res["small"] = {"sync": statistics.median(calibration), "links": small.links, "bytes": small.bytes}
+    p = W.plan(src, dst)
+    setup(p)
+    res["plan"] = {"bytes": p.bytes, "links": p.links, "seconds": p.seconds}
+    ray.get([w.serve.remote() for w in workers])
     for i in range(iters + 1):
         res["rows"].append(step(i + 1, workers))
     if system == "bf16":
@@ -146,13 +167,20 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
     print(json.dumps(res), flush=True)
 
 
-def prediction(size: int, count: int, system: str, rate: str, measured_goodput: float) -> dict:
+def prediction(size: int, count: int, system: str, rate: str, measured_goodput: float, small_sync: float) -> dict:
+    """The model's time for the full sync: the links at the measured goodput, plus the fixed
+    cost the one-tensor sync shows beyond the model's link time for it."""
     from accel import weights as W
 
     src, dst = layouts(size, count, system)
     nominal = bb.rate_bytes(rate)
     fleet = {"nics": 1, "nic_gbit": nominal * 8 / 1e9, "efficiency": measured_goodput / nominal, "chunk_bytes": 4 << 20}
-    return W.plan(src, dst).predict(fleet)
+    first = next(iter(src.tensors))
+    links_only = W.plan(subset(src, first), subset(dst, first)).predict(fleet)["seconds"]
+    fleet["setup_s"] = max(0.0, small_sync - links_only)
+    out = W.plan(src, dst).predict(fleet)
+    out["setup_s"], out["efficiency"] = fleet["setup_s"], fleet["efficiency"]
+    return out
 
 
 def plan_scale() -> dict:
@@ -194,9 +222,11 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         f"{count} bf16 tensors of {bws.ROWS} rows; 4 trainer nodes to 4 inference nodes of 2 ranks; both directions of every "
         f"link shaped to {rate}; {iters} warm rounds (medians) after a cold one. Sync: from the fresh weights written to every "
         "rank switched. Floor: the busiest link's bytes at the shaped rate (FP8's own: its bytes are half). Model: "
-        "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster.",
+        "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster (efficiency), plus a "
+        "fixed cost per step measured in the same cluster: the sync of one of the 32 tensors, less the model's link time for it "
+        "(the setup column).",
         "",
-        "| size | system | floor | model | warm sync | sync / floor | model / sync | pause (% of total) | serving p99 | worst admission wait |",
+        "| size | system | floor | model (efficiency, setup) | warm sync | sync / floor | model / sync | pause (% of total) | serving p99 | worst admission wait |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts, model_ok = [], True
@@ -211,7 +241,7 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
             ratio = pred["seconds"] / sync
             model_ok &= abs(ratio - 1) <= 0.15
             lines.append(
-                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
+                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}) | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
                 f"{pause * 100:.2f}% | {med(rows, 'serving_p99') * 1e3:.1f} ms | {max(x['admission_wait'] for x in rows) * 1e3:.0f} ms |"
             )
             r[s]["floor"], r[s]["sync"], r[s]["pause_frac"] = floor, sync, max(x["pause"] / x["total"] for x in rows)
@@ -284,7 +314,7 @@ def main() -> None:
         res[str(size)] = {}
         for system in args.systems.split(","):
             got = bws.cluster(size, system, args.tensors, args.rate, args.iters, script=__file__, calibrate=goodput)
-            got["prediction"] = prediction(size, args.tensors, system, args.rate, got["calibration"])
+            got["prediction"] = prediction(size, args.tensors, system, args.rate, got["calibration"], got["small"]["sync"])
             res[str(size)][system] = got
     shown = " ".join(a for a in sys.argv[1:] if a != "--no-write")
     command = f"sudo .venv/bin/python scripts/bench_weight_sync_frontier.py {shown}".strip()
