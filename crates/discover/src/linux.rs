@@ -70,12 +70,12 @@ pub fn read_numa(host: &Host, warnings: &mut Vec<Warning>) -> Vec<NumaNode> {
                 ids.iter().copied().zip(values).collect()
             })
             .unwrap_or_default();
-        nodes.push(NumaNode { id, cpus, memory_bytes, distances });
+        nodes.push(NumaNode::new(id, cpus, memory_bytes, distances));
     }
     if nodes.is_empty() {
         let cpus = online.unwrap_or_default();
         let memory_bytes = host.parse_attr(&host.path("/proc/meminfo"), SRC, warnings, parse_meminfo_total);
-        nodes.push(NumaNode { id: 0, cpus, memory_bytes, distances: BTreeMap::new() });
+        nodes.push(NumaNode::new(0, cpus, memory_bytes, BTreeMap::new()));
     }
     nodes
 }
@@ -443,12 +443,7 @@ mod tests {
 
     #[test]
     fn locality_rules() {
-        let node = |id, cpus: &str| NumaNode {
-            id,
-            cpus: CpuSet::parse_list(cpus).unwrap(),
-            memory_bytes: None,
-            distances: BTreeMap::new(),
-        };
+        let node = |id, cpus: &str| NumaNode::new(id, CpuSet::parse_list(cpus).unwrap(), None, BTreeMap::new());
         let numa = vec![node(0, "0-7"), node(1, "8-15")];
         let cpus = |s: &str| CpuSet::parse_list(s).unwrap();
         assert_eq!(locality(Some(1), None, &numa), Some(1));
