@@ -88,7 +88,7 @@ pub fn apply(host: &Host, accs: Vec<Accelerator>, report: &mut Report) -> Vec<Ac
         .iter()
         .map(|a| (a.id.clone(), a.partition.as_ref().map_or_else(|| a.id.clone(), |p| p.physical_id.clone())))
         .collect();
-    let tool = file.source.split_whitespace().next().unwrap_or("import").to_owned();
+    let tool = file.source.split_whitespace().next().unwrap_or("import").to_ascii_lowercase();
     let mut links_known = !by_rsmi.is_empty();
     if let Some(bw) = file.matrix(BANDWIDTH) {
         links_known = true;
@@ -130,13 +130,21 @@ pub fn apply(host: &Host, accs: Vec<Accelerator>, report: &mut Report) -> Vec<Ac
     out
 }
 
-/// The ROCm SMI devices under one PCI function, by index (`rsmi<N>`), in index order.
+/// The runtime devices under one PCI function, by index, in index order: hwloc's ROCm SMI
+/// devices (`rsmi<N>`), else an RCCL dump's `<gpu dev=N>` (a HIP ordinal).
 fn rsmi_devices(file: &OsDevFile, addr: PciAddr) -> Vec<(u32, &osdevs::OsDev)> {
-    let mut devs: Vec<(u32, &osdevs::OsDev)> = file
-        .osdevs_of(&addr.to_string())
+    let all = file.osdevs_of(&addr.to_string());
+    let mut devs: Vec<(u32, &osdevs::OsDev)> = all
         .iter()
         .filter_map(|d| d.name.strip_prefix("rsmi").and_then(|n| n.parse::<u32>().ok()).map(|n| (n, d)))
         .collect();
+    if devs.is_empty() {
+        devs = all
+            .iter()
+            .filter(|d| d.subtype.as_deref() == Some("NCCL") && d.types.iter().any(|t| t == "gpu"))
+            .filter_map(|d| d.infos.get("dev").and_then(|n| n.trim().parse::<u32>().ok()).map(|n| (n, d)))
+            .collect();
+    }
     devs.sort_by_key(|(n, _)| *n);
     devs
 }

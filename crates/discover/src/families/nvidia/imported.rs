@@ -66,9 +66,9 @@ pub fn apply(host: &Host, platform: &Machine, gpus: &mut BTreeMap<PciAddr, Accel
     found
 }
 
-/// `hwloc XML 2.0` -> `hwloc`.
-fn tool_name(source: &str) -> &str {
-    source.split_whitespace().next().unwrap_or("import")
+/// `hwloc XML 2.0` -> `hwloc`, `NCCL topology XML 1` -> `nccl`.
+pub fn tool_name(source: &str) -> String {
+    source.split_whitespace().next().unwrap_or("import").to_ascii_lowercase()
 }
 
 /// Per pair of GPUs, direct links; per GPU, links to switches. Counts where the file gives

@@ -242,8 +242,8 @@ impl Vendor for Nvidia {
                 if !gpus.is_empty() && !found.links_known {
                     let message = match found.source {
                         Some(tool) => format!(
-                            "{tool} recorded no NVLink for these GPUs (no {} matrix: taken without NVML); NVLink \
-                             links and fabric are unknown",
+                            "{tool} recorded no NVLink for these GPUs (no {} matrix or link element: taken \
+                             without NVML); NVLink links and fabric are unknown",
                             imported::MATRIX
                         ),
                         None => format!("{e}; NVLink links and fabric are unknown (read from procfs only)"),
