@@ -153,6 +153,55 @@ impl OsDevFile {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Helpers for the importers that write this file (`accel-hwloc`, `accel-nccl`): one copy each.
+
+/// `text` without control characters (each becomes `?`), at most `max` characters.
+pub fn clean(text: &str, max: usize) -> String {
+    text.chars().take(max).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+/// A device name usable as one path component of a capture (and a bundle path: no spaces).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name != "."
+        && name != ".."
+        && name.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != '\\')
+}
+
+/// How deep an XML document's elements nest, counted from the markup alone before parsing (a
+/// recursive parser could otherwise overflow the stack on a hostile file): `Ok(deepest)`, or
+/// `Err(byte offset)` of the first element past `limit`. `<` starts markup wherever it appears
+/// (attribute values cannot hold it); comments, declarations and processing instructions do
+/// not nest.
+pub fn xml_depth(text: &str, limit: usize) -> Result<usize, usize> {
+    let bytes = text.as_bytes();
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut i = 0;
+    while let Some(off) = bytes[i..].iter().position(|&b| b == b'<') {
+        let start = i + off;
+        let end = bytes[start..].iter().position(|&b| b == b'>').map_or(bytes.len(), |e| start + e);
+        match bytes.get(start + 1) {
+            Some(b'/') => depth = depth.saturating_sub(1),
+            Some(b'?' | b'!') => {}
+            _ if end > start && bytes[end - 1] == b'/' => {}
+            _ => {
+                depth += 1;
+                if depth > limit {
+                    return Err(start);
+                }
+                deepest = deepest.max(depth);
+            }
+        }
+        i = (end + 1).min(bytes.len());
+        if i >= bytes.len() {
+            break;
+        }
+    }
+    Ok(deepest)
+}
+
 /// Reads the file of a capture for a plugin: `None` when there is none or it is broken (the
 /// generic reader warns about a broken one once).
 pub fn read_quiet(host: &Host) -> Option<OsDevFile> {
@@ -396,6 +445,16 @@ mod tests {
         assert!(dev("cuda0").is_compute());
         assert!(dev("card").is_compute(), "not a DRM node name");
         assert!(!OsDev { types: vec!["net".into()], ..dev("eth0") }.is_compute());
+    }
+
+    #[test]
+    fn importer_helpers() {
+        assert_eq!(clean("a\nb\u{1b}", 10), "a?b?");
+        assert!(valid_name("mlx5_0") && !valid_name("..") && !valid_name("a b") && !valid_name("a/b"));
+        assert_eq!(xml_depth("<a><b/><c x='1'><d></d></c></a>", 8), Ok(3));
+        assert_eq!(xml_depth("<?xml?><!DOCTYPE x><a>", 8), Ok(1));
+        assert_eq!(xml_depth("<", 8), Ok(1));
+        assert_eq!(xml_depth("<a><b><c>", 2), Err(6));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use accel_discover::fs::MemTree;
 use accel_discover::osdevs::{
-    FunctionOsDevs, Matrix, MatrixObject, NumaRecord, OsDev, OsDevFile, OSDEVS_FORMAT, OSDEVS_PATH,
+    valid_name, FunctionOsDevs, Matrix, MatrixObject, NumaRecord, OsDev, OsDevFile, OSDEVS_FORMAT, OSDEVS_PATH,
 };
 use accel_model::CpuSet;
 
@@ -239,15 +239,6 @@ fn pci_dir(p: &Pci) -> String {
 /// levels below `/sys`.
 fn under_sys(path: &str) -> &str {
     path.strip_prefix("/sys/").unwrap_or(path)
-}
-
-/// A netdev or RDMA device name usable as one path component (and a bundle path: no spaces).
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name != "."
-        && name != ".."
-        && name.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != '\\')
 }
 
 /// The RDMA device's files from hwloc's infos: `NodeGUID`, `SysImageGUID`, and per port

@@ -164,7 +164,7 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
         return Err(ImportError::TooLarge(MAX_XML_BYTES));
     }
     let text = std::str::from_utf8(bytes).map_err(|e| ImportError::NotXml(format!("not UTF-8: {e}")))?;
-    if nesting(text) > MAX_NESTING {
+    if accel_discover::osdevs::xml_depth(text, MAX_NESTING).is_err() {
         return Err(ImportError::NotHwloc(format!("elements nest deeper than {MAX_NESTING}")));
     }
     let options = roxmltree::ParsingOptions { allow_dtd: true, nodes_limit: MAX_XML_NODES };
@@ -228,34 +228,6 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
         topo.infos.entry(k).or_insert(v);
     }
     Ok(topo)
-}
-
-/// The deepest element nesting, counted from the markup alone before parsing (the parser
-/// recurses, so a hostile file could otherwise overflow the stack). `<` starts markup wherever it
-/// appears (attribute values cannot hold it); comments, declarations and processing
-/// instructions do not nest.
-fn nesting(text: &str) -> usize {
-    let bytes = text.as_bytes();
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let mut i = 0;
-    while let Some(off) = bytes[i..].iter().position(|&b| b == b'<') {
-        let start = i + off;
-        let end = bytes[start..].iter().position(|&b| b == b'>').map_or(bytes.len(), |e| start + e);
-        match bytes.get(start + 1) {
-            Some(b'/') => depth = depth.saturating_sub(1),
-            Some(b'?' | b'!') => {}
-            _ if end > start && bytes[end - 1] == b'/' => {}
-            _ => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-        }
-        i = (end + 1).min(bytes.len());
-        if i >= bytes.len() {
-            break;
-        }
-    }
-    deepest
 }
 
 /// What an object passes to the objects inside it.
@@ -490,10 +462,7 @@ fn infos(node: &roxmltree::Node, topo: &mut Topology) -> BTreeMap<String, String
     out
 }
 
-/// `text` without control characters (each becomes `?`), at most `max` characters.
-pub fn clean(text: &str, max: usize) -> String {
-    text.chars().take(max).map(|c| if c.is_control() { '?' } else { c }).collect()
-}
+pub use accel_discover::osdevs::clean;
 
 fn id(text: Option<&str>) -> Option<u32> {
     text?.trim().parse::<u32>().ok().filter(|&v| v < MAX_ID)
@@ -683,11 +652,7 @@ mod tests {
         assert_eq!(osdev_types(Format::V3, "48"), ["network", "openfabrics"]);
         assert_eq!(osdev_types(Format::V2, "3"), ["openfabrics"]);
         assert!(osdev_types(Format::V2, "99").is_empty());
-        assert_eq!(clean("a\nb\u{1b}", 10), "a?b?");
         assert!(mask("0xf...f").is_none());
         assert_eq!(mask("0x00010000,0x00000001").unwrap().to_string(), "0,48");
-        assert_eq!(nesting("<a><b/><c x='1'><d></d></c></a>"), 3);
-        assert_eq!(nesting("<?xml?><!DOCTYPE x><a>"), 1);
-        assert_eq!(nesting("<"), 1);
     }
 }

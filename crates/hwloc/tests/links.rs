@@ -217,6 +217,10 @@ fn kfd_for(m: &Machine, tree: &mut MemTree) {
     }
 }
 
+/// What two readers must agree on for each device: id, ordinal, PCI function, partition,
+/// isolation values, memory.
+type View = (String, u32, Option<String>, Option<accel_model::Partition>, Vec<String>, Option<u64>);
+
 #[test]
 fn the_cpx_partitions_equal_what_the_kfd_reader_gives_for_the_same_mode() {
     let from_hwloc = machine("hpe-ex255a-4xmi300a-cpx.xml");
@@ -225,27 +229,19 @@ fn the_cpx_partitions_equal_what_the_kfd_reader_gives_for_the_same_mode() {
     t.remove(std::path::Path::new(accel_discover::osdevs::OSDEVS_PATH));
     kfd_for(&from_hwloc, &mut t);
     let from_kfd = machine_of(t);
-    let view =
-        |m: &Machine| -> Vec<(String, u32, Option<String>, Option<accel_model::Partition>, Vec<String>, Option<u64>)> {
-            m.accelerators
-                .iter()
-                .map(|a| {
-                    let mut p = a.partition.clone();
-                    // KFD gives compute units (SIMDs / SIMDs per CU); hwloc does not record them.
-                    if let Some(p) = &mut p {
-                        p.compute_units = None;
-                    }
-                    (
-                        a.id.clone(),
-                        a.index,
-                        a.pci.map(|x| x.to_string()),
-                        p,
-                        a.vocabulary.isolation.clone(),
-                        a.memory_bytes,
-                    )
-                })
-                .collect()
-        };
+    let view = |m: &Machine| -> Vec<View> {
+        m.accelerators
+            .iter()
+            .map(|a| {
+                let mut p = a.partition.clone();
+                // KFD gives compute units (SIMDs / SIMDs per CU); hwloc does not record them.
+                if let Some(p) = &mut p {
+                    p.compute_units = None;
+                }
+                (a.id.clone(), a.index, a.pci.map(|x| x.to_string()), p, a.vocabulary.isolation.clone(), a.memory_bytes)
+            })
+            .collect()
+    };
     assert_eq!(view(&from_kfd).len(), 24);
     assert_eq!(view(&from_hwloc), view(&from_kfd));
     let kinds = |m: &Machine| {

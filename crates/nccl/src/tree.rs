@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use accel_discover::fs::MemTree;
-use accel_discover::osdevs::{FunctionOsDevs, OsDev, OsDevFile, ToolLink, OSDEVS_FORMAT, OSDEVS_PATH};
+use accel_discover::osdevs::{valid_name, FunctionOsDevs, OsDev, OsDevFile, ToolLink, OSDEVS_FORMAT, OSDEVS_PATH};
 use accel_model::{CpuSet, PciAddr};
 
 use crate::xml::{Pci, Topology};
@@ -239,13 +239,4 @@ fn nic_files(t: &mut MemTree, dir: &str, addr: PciAddr, name: &str, net: &BTreeM
     } else if let Some(mbps) = speed {
         t.add_file(format!("{dev_dir}/speed"), format!("{mbps}\n"));
     }
-}
-
-/// A NIC name usable as one path component.
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name != "."
-        && name != ".."
-        && name.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != '\\')
 }

@@ -88,7 +88,8 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| ImportError::At { line: line_of(bytes, e.valid_up_to()), message: "not UTF-8".into() })?;
-    if let Some(line) = too_deep(text) {
+    if let Err(at) = accel_discover::osdevs::xml_depth(text, MAX_NESTING) {
+        let line = line_of(bytes, at);
         return Err(ImportError::At { line, message: format!("elements nest deeper than {MAX_NESTING}") });
     }
     let options = roxmltree::ParsingOptions { allow_dtd: false, nodes_limit: MAX_XML_NODES };
@@ -309,10 +310,7 @@ pub fn link_speed(text: &str) -> Option<f64> {
     (rest.trim_start().starts_with("GT/s") && gts.is_finite() && gts > 0.0 && gts <= 256.0).then_some(gts)
 }
 
-/// `text` without control characters, at most `max` characters.
-pub fn clean(text: &str, max: usize) -> String {
-    text.chars().take(max).map(|c| if c.is_control() { '?' } else { c }).collect()
-}
+pub use accel_discover::osdevs::clean;
 
 /// roxmltree's message without its trailing ` at LINE:COL` (the line is given separately).
 fn strip_position(message: &str) -> String {
@@ -324,34 +322,6 @@ fn strip_position(message: &str) -> String {
 
 fn line_of(bytes: &[u8], offset: usize) -> u32 {
     u32::try_from(bytes[..offset.min(bytes.len())].iter().filter(|b| **b == b'\n').count() + 1).unwrap_or(u32::MAX)
-}
-
-/// The line where elements first nest deeper than the limit, counted from the markup alone
-/// (the parser recurses).
-fn too_deep(text: &str) -> Option<u32> {
-    let bytes = text.as_bytes();
-    let mut depth = 0usize;
-    let mut i = 0;
-    while let Some(off) = bytes[i..].iter().position(|&b| b == b'<') {
-        let start = i + off;
-        let end = bytes[start..].iter().position(|&b| b == b'>').map_or(bytes.len(), |e| start + e);
-        match bytes.get(start + 1) {
-            Some(b'/') => depth = depth.saturating_sub(1),
-            Some(b'?' | b'!') => {}
-            _ if end > start && bytes[end - 1] == b'/' => {}
-            _ => {
-                depth += 1;
-                if depth > MAX_NESTING {
-                    return Some(line_of(bytes, start));
-                }
-            }
-        }
-        i = (end + 1).min(bytes.len());
-        if i >= bytes.len() {
-            break;
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -368,6 +338,5 @@ mod tests {
         assert_eq!(link_speed("16.0 GT/s PCIe"), Some(16.0));
         assert_eq!(link_speed("100000 MT/s"), None);
         assert_eq!(strip_position("unexpected end of stream at 3:7"), "unexpected end of stream");
-        assert_eq!(too_deep(&"<a>".repeat(70)), Some(1));
     }
 }

@@ -97,7 +97,7 @@ fn rccl_mi250_sixteen_gcds() {
     let g = |p: &str| {
         m.accelerators.iter().find(|a| a.pci.map(|x| x.to_string()).as_deref() == Some(p)).unwrap().id.clone()
     };
-    let pair = m.links.iter().find(|l| (l.a == g("0000:4e:00.0") && l.b == g("0000:51:00.0"))).unwrap();
+    let pair = m.links.iter().find(|l| l.a == g("0000:4e:00.0") && l.b == g("0000:51:00.0")).unwrap();
     assert_eq!(pair.count, 4);
     assert_eq!(m.numa_nodes.len(), 4);
 }

@@ -108,7 +108,7 @@ fn extract(archive: &Path, group: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&tmp).expect("create temp dir");
     let status = Command::new("tar")
         .arg("-xf")
-        .arg(&archive)
+        .arg(archive)
         .arg("-C")
         .arg(&tmp)
         .status()
