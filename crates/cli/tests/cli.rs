@@ -82,6 +82,19 @@ fn sku_dir_teaches_new_hardware() {
     assert!(offload.starts_with("Co-Processor 8086:225c"), "{offload}");
     let labels = stdout(&accel(&["labels", "--root", root], None));
     assert!(!labels.contains("accelerator-count"), "{labels}");
+    // No Ray resource, and no DRA device either.
+    let ray = stdout(&accel(&["labels", "--root", root, "--format", "ray"], None));
+    assert!(!ray.contains("accel_dev_"), "{ray}");
+    let cluster_dir = tempdir("sku-dir-cluster");
+    let cluster = cluster_dir.join("cluster.json");
+    let built = accel(&["cluster", "build", &format!("mic={root}"), "-o", cluster.to_str().unwrap()], None);
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let dra = accel(&["export", "dra", "--cluster", cluster.to_str().unwrap()], None);
+    assert!(
+        !String::from_utf8_lossy(&dra.stdout).contains("ResourceSlice"),
+        "{}",
+        String::from_utf8_lossy(&dra.stdout)
+    );
 
     let dir = tempdir("sku-dir");
     std::fs::write(

@@ -252,3 +252,39 @@ fn the_cpx_partitions_equal_what_the_kfd_reader_gives_for_the_same_mode() {
     };
     assert_eq!(kinds(&from_hwloc), kinds(&from_kfd));
 }
+
+#[test]
+fn gpu_memory_numa_nodes_belong_to_their_gpu_from_hwloc_as_from_sysfs() {
+    // hwloc's own capture of a POWER9 with six V100 whose memory is NUMA nodes 250-255: Debian's
+    // lstopo writes them as `GPUMemory` nodes with a `PCIBusID` info; imported, each is that GPU's
+    // memory node, exactly as discovery of the same tree reads `/proc/driver/nvidia/.../numa_status`.
+    let root = accel_testdata::root("hwloc-power9-v100-numa");
+    let out = std::process::Command::new("lstopo")
+        .args(["--of", "xml", "--whole-io", "-"])
+        .env("HWLOC_FSROOT", &root)
+        .env("HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES", "1")
+        .output()
+        .expect("lstopo (Debian's hwloc package)");
+    assert!(out.status.success());
+    let imported = machine_of(accel_hwloc::import(&out.stdout).unwrap().tree);
+    let sysfs = discover(&Host::new(&root, SkuRegistry::builtin()), &default_plugins());
+    let owners = |m: &Machine| -> Vec<(u32, Option<String>)> {
+        m.numa_nodes
+            .iter()
+            .filter(|n| n.cpus.is_empty())
+            .map(|n| {
+                (n.id, n.memory_of.as_ref().and_then(|id| m.accelerator(id)).and_then(|a| a.pci).map(|p| p.to_string()))
+            })
+            .collect()
+    };
+    let from_sysfs = owners(&sysfs);
+    assert_eq!(from_sysfs.len(), 6);
+    assert!(from_sysfs.iter().all(|(_, pci)| pci.is_some()), "{from_sysfs:?}");
+    // numa_status of 0004:05:00.0 says node 255.
+    assert!(from_sysfs.contains(&(255, Some("0004:05:00.0".to_owned()))));
+    assert_eq!(owners(&imported), from_sysfs);
+    // No GPU takes a memory-only node as its CPU locality.
+    for m in [&imported, &sysfs] {
+        assert!(m.accelerators.iter().all(|a| a.numa_node.is_some_and(|n| n == 0 || n == 8)), "{:?}", m.accelerators);
+    }
+}
