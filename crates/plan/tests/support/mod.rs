@@ -196,7 +196,7 @@ pub fn build(spec: &Spec) -> Machine {
         .iter()
         .map(|&(a, b, gbps)| {
             let (a, b) = (id(a.min(b)), id(a.max(b)));
-            Link { a, b, kind: LinkKind::new("nvlink"), count: 1, gbps: Some(gbps) }
+            Link::new(a, b, LinkKind::new("nvlink"), 1, Some(gbps))
         })
         .collect();
     m.links = links;
