@@ -372,6 +372,9 @@ fn the_five_aws_captures_place_eight_gpu_scale_up_bundles_on_declared_links() {
     assert_eq!(p5en_links.len(), 28);
     assert!(p5en_links.iter().all(|l| l["origin"] == "declared" && l["kind"] == "nvswitch" && l["count"] == 18));
 
+    // `accel topo` marks them and names their source.
+    let topo = ok(accel(&["topo", "--sample", "aws-p5en-48xlarge"]));
+    assert!(topo.contains("NV18*") && topo.contains("declared by design, not observed (builtin:aws.toml"), "{topo}");
     let request = dir.join("request.json");
     for (node, sku) in [
         ("aws-p5en-48xlarge", "nvidia-h200-sxm"),

@@ -164,6 +164,23 @@ pub fn build(topo: &Topology, warnings: &mut Vec<String>) -> (MemTree, Summary) 
             functions.push(FunctionOsDevs { pci: p.addr.to_string(), infos: BTreeMap::new(), link_gbps: None, osdevs });
         }
     }
+    // What the file cannot tell is said, never guessed: functions it names without ids.
+    let unnamed: Vec<String> = topo
+        .pci
+        .iter()
+        .filter(|p| !p.has_children && (p.vendor.is_none() || p.device.is_none()))
+        .map(|p| p.addr.to_string())
+        .collect();
+    if !unnamed.is_empty() {
+        let shown: Vec<&str> = unnamed.iter().take(4).map(String::as_str).collect();
+        let more = if unnamed.len() > 4 { format!(" and {} more", unnamed.len() - 4) } else { String::new() };
+        warnings.push(format!(
+            "{} PCI functions have no vendor or device id in the file ({}{more}): their vendor and SKU are unknown, \
+             not guessed",
+            unnamed.len(),
+            shown.join(", ")
+        ));
+    }
     functions.sort_by(|a, b| a.pci.cmp(&b.pci));
     let mut machine = BTreeMap::new();
     for (i, cpu) in topo.cpus.iter().enumerate() {

@@ -132,9 +132,16 @@ fn azure_ndv4_and_ndv5_topo_files() {
     let m = machine("azure-ndv4.xml");
     assert_eq!(m.numa_nodes.iter().map(|n| n.cpus.len()).collect::<Vec<_>>(), [24, 24, 24, 24]);
     assert_eq!(m.accelerators.len(), 8);
-    // The file names no vendor: no SKU is guessed, each device is named in a warning.
+    // The file names no vendor: no SKU is guessed, each device is named in a warning, and the
+    // import says the ids (GPUs' and NICs') are unknown.
     assert!(m.accelerators.iter().all(|a| a.sku.is_none()));
     assert!(warned(&m, "unreadable ids"));
+    let (import, _) = machine_of(&read("azure-ndv4.xml"));
+    assert!(
+        import.warnings.iter().any(|w| w.starts_with("16 PCI functions have no vendor or device id")),
+        "{:?}",
+        import.warnings
+    );
     assert_eq!(m.nics.len(), 8);
     assert!(m.nics.iter().all(|n| n.rdma), "InfiniBand class");
     let ib = Endpoint::Nic(
