@@ -80,7 +80,8 @@ enum Command {
     },
     /// Run the node agent: HTTP API, accelerator and link metrics, and the cluster dashboard.
     Agent(agent::AgentArgs),
-    /// Import another tool's record of a machine as a capture bundle: `import hwloc FILE.xml`.
+    /// Import another tool's record of a machine as a capture bundle: `import hwloc FILE.xml`,
+    /// `import nccl FILE.xml`.
     Import {
         #[command(subcommand)]
         command: import::ImportCommand,

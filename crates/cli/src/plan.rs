@@ -103,17 +103,21 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
     match planner.plan(&request) {
         Ok(placement) => {
             let envs = bundle_envs(&cluster, &placement)?;
+            let declared = declared_links(&cluster, &placement)?;
             if args.json {
                 let mut value = serde_json::to_value(&placement)?;
                 if let Some(bundles) = value.get_mut("bundles").and_then(serde_json::Value::as_array_mut) {
-                    for (b, env) in bundles.iter_mut().zip(&envs) {
+                    for ((b, env), declared) in bundles.iter_mut().zip(&envs).zip(&declared) {
                         b["env"] = json!(env);
+                        if !declared.is_empty() {
+                            b["declared_links"] = json!(declared);
+                        }
                     }
                 }
                 serde_json::to_writer_pretty(&mut *out, &value)?;
                 writeln!(out)?;
             } else {
-                out.write_all(render(&placement, &envs).as_bytes())?;
+                out.write_all(render(&placement, &envs, &declared).as_bytes())?;
             }
             Ok(())
         }
@@ -151,8 +155,28 @@ fn bundle_envs(cluster: &Cluster, placement: &Placement) -> Result<Vec<std::coll
     Ok(envs)
 }
 
-/// The placement, a line per bundle and its environment below it.
-pub fn render(p: &Placement, envs: &[std::collections::BTreeMap<String, String>]) -> String {
+/// Per bundle, where the scale-up links between its devices were declared by design rather than
+/// observed (`Link::origin`), their sources: a placement that rests on them says so.
+fn declared_links(cluster: &Cluster, placement: &Placement) -> Result<Vec<Vec<String>>> {
+    let mut out = Vec::new();
+    for b in &placement.bundles {
+        let node = cluster.nodes.iter().find(|n| n.name == b.node).context("a placed node is not in the cluster")?;
+        let machine = cluster.machine(node)?;
+        let ids: Vec<&str> = b.devices.iter().map(|d| d.id.as_str()).collect();
+        let mut sources: Vec<String> = machine
+            .links
+            .iter()
+            .filter(|l| l.is_declared() && ids.contains(&l.a.as_str()) && ids.contains(&l.b.as_str()))
+            .map(|l| l.source.clone().unwrap_or_else(|| "the SKU registry".into()))
+            .collect();
+        sources.dedup();
+        out.push(sources);
+    }
+    Ok(out)
+}
+
+/// The placement, a line per bundle, its environment, and the declared links it rests on.
+pub fn render(p: &Placement, envs: &[std::collections::BTreeMap<String, String>], declared: &[Vec<String>]) -> String {
     let mut s = String::new();
     for (i, b) in p.bundles.iter().enumerate() {
         let devs: Vec<&str> = b.devices.iter().map(|d| d.label.as_str()).collect();
@@ -176,6 +200,9 @@ pub fn render(p: &Placement, envs: &[std::collections::BTreeMap<String, String>]
         if let Some(env) = envs.get(i).filter(|e| !e.is_empty()) {
             let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
             s += &format!("  env: {}\n", vars.join(" "));
+        }
+        for source in declared.get(i).into_iter().flatten() {
+            s += &format!("  links: declared by design, not observed ({source})\n");
         }
     }
     s += &format!("total score {:.1}\n", p.score);

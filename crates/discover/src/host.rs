@@ -269,7 +269,9 @@ impl Host {
         warnings: &mut Vec<Warning>,
     ) -> Option<String> {
         match read.and_then(utf8) {
-            Ok(text) => Some(text.trim().to_owned()),
+            // Some kernels end an attribute with a NUL after the newline (hwloc's capture of a
+            // Kunpeng 920 shows it); readers in C never see it.
+            Ok(text) => Some(text.trim_end_matches('\0').trim().to_owned()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
                 warnings.push(self.warning(source, path, format!("unreadable: {e}")));

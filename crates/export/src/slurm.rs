@@ -171,7 +171,9 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
         node.name,
         sockets_n * per_socket
     );
-    let memory: u64 = machine.numa_nodes.iter().filter_map(|n| n.memory_bytes).sum();
+    // Host memory only: a NUMA node that is a device's memory (GPU HBM on Grace, POWER9) is not
+    // Slurm's RealMemory.
+    let memory: u64 = machine.numa_nodes.iter().filter(|n| n.memory_of.is_none()).filter_map(|n| n.memory_bytes).sum();
     if memory > 0 {
         line += &format!(" RealMemory={}", memory >> 20);
     }

@@ -137,6 +137,17 @@ pub struct NumaNode {
     /// SLIT distances to each node by id (10 = local).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub distances: BTreeMap<u32, u32>,
+    /// The accelerator whose memory this node is (GPU memory exposed as a CPU-less node on
+    /// Grace and POWER9): never a CPU node for affinity.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory_of: Option<String>,
+}
+
+impl NumaNode {
+    /// A node with CPUs, memory and distances, owned by no device.
+    pub fn new(id: u32, cpus: CpuSet, memory_bytes: Option<u64>, distances: BTreeMap<u32, u32>) -> NumaNode {
+        NumaNode { id, cpus, memory_bytes, distances, memory_of: None }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -501,6 +512,57 @@ pub struct Link {
     /// Bandwidth between the pair in GB/s, both directions together, where known.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub gbps: Option<f64>,
+    /// Hops between the pair over this fabric, where the source counts them (hwloc's `XGMIHops`):
+    /// 1 is a direct link.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hops: Option<u32>,
+    /// How accel knows of the link: seen on the machine (`observed`, the default, left out of
+    /// the JSON), or `declared` by the design of a system the SKU registry identifies, where the
+    /// capture holds no link evidence. An observed link always wins.
+    #[serde(skip_serializing_if = "LinkOrigin::is_observed", default)]
+    pub origin: LinkOrigin,
+    /// Where the link was read, where it is not the reporting plugin's own runtime: the matrix or
+    /// file element of an imported topology (`hwloc:NVLinkBandwidth`, `nccl:xgmi`), or the
+    /// registry entry of a declared link (`builtin:aws.toml system p5en.48xlarge`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source: Option<String>,
+}
+
+impl Link {
+    /// An observed link with no hop count and no separate source.
+    pub fn new(a: impl Into<String>, b: impl Into<String>, kind: LinkKind, count: u32, gbps: Option<f64>) -> Link {
+        Link { a: a.into(), b: b.into(), kind, count, gbps, hops: None, origin: LinkOrigin::Observed, source: None }
+    }
+
+    /// True when the link was declared by design rather than seen on the machine.
+    pub fn is_declared(&self) -> bool {
+        self.origin == LinkOrigin::Declared
+    }
+}
+
+/// How accel knows of a scale-up link ([`Link::origin`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkOrigin {
+    /// Read from the machine: a vendor runtime, the kernel, or a topology tool's record of it.
+    #[default]
+    Observed,
+    /// Fixed by the design of a system identified by its instance type, DMI product name or
+    /// baseboard, from the SKU registry; never read from this machine.
+    Declared,
+}
+
+impl LinkOrigin {
+    pub fn is_observed(&self) -> bool {
+        *self == LinkOrigin::Observed
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkOrigin::Observed => "observed",
+            LinkOrigin::Declared => "declared",
+        }
+    }
 }
 
 /// A grouping above (or across) the node, with where it came from.

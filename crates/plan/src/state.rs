@@ -362,7 +362,7 @@ pub(crate) mod testkit {
         for a in 0..gpus {
             for b in a + 1..gpus {
                 let (a, b) = (format!("gpu{a}"), format!("gpu{b}"));
-                m.links.push(Link { a, b, kind: LinkKind::new("link"), count: 1, gbps: Some(100.0) });
+                m.links.push(Link::new(a, b, LinkKind::new("link"), 1, Some(100.0)));
             }
         }
         m.domains.push(Domain {
