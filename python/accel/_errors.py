@@ -16,7 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._native import PlacementError, TransportError
+from ._native import PlacementError, TransportError, suggest
+
+
+def did_you_mean(word: object, known: Any) -> str:
+    """`; did you mean 'x'?` for the known name nearest to `word` (the one suggestion rule,
+    `accel_model::suggest`), or an empty string when none is close."""
+    near = suggest(str(word), [str(k) for k in known])
+    return f"; did you mean {near!r}?" if near else ""
 
 
 class InvalidRequest(PlacementError, ValueError):

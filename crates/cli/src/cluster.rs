@@ -146,9 +146,9 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
-fn sample_machine(name: &str) -> Result<Machine> {
-    accel_discover::samples::machine(name)
-        .with_context(|| format!("no sample named {name:?}; `accel samples` lists them"))
+/// An embedded sample's machine, or the error naming the nearest sample.
+pub(crate) fn sample_machine(name: &str) -> Result<Machine> {
+    accel_discover::samples::machine(name).with_context(|| accel_discover::samples::unknown(name))
 }
 
 /// Builds a cluster of sample machines; nodes are named `<sample>-<k>`.

@@ -590,7 +590,8 @@ fn topology_checks(
         let want = scale_up.gbps_per_link() * f64::from(l.count);
         checked += 1;
         if l.gbps.is_none_or(|g| (g - want).abs() > 1e-6 * want.max(1.0)) {
-            wrong.push(format!("{}-{}: {:?} GB/s, SKU says {want}", l.a, l.b, l.gbps));
+            let have = l.gbps.map_or_else(|| "no bandwidth".to_owned(), |g| format!("{g} GB/s"));
+            wrong.push(format!("{}-{}: {have}, SKU says {want} GB/s", l.a, l.b));
         }
     }
     out.push(match (checked, wrong.is_empty()) {
@@ -642,9 +643,9 @@ fn isolate_checks(plugin: &dyn Vendor, capture: &Capture, devices: &[&Accelerato
         match ask_isolate(plugin, capture, bundle) {
             Ok(env) if env.get(&var) == Some(&want) => None,
             Ok(env) => Some(format!(
-                "[{}]: {var}={:?}, the bundle's isolation values say {want:?}",
+                "[{}]: {var} is {}, the bundle's isolation values say {want:?}",
                 ids.join(","),
-                env.get(&var)
+                env.get(&var).map_or_else(|| "not set".to_owned(), |v| format!("{v:?}"))
             )),
             Err(e) => Some(format!("[{}]: {e}", ids.join(","))),
         }
@@ -704,7 +705,7 @@ fn reading_checks(plugin: &dyn Vendor, capture: &Capture, machine: &Machine, dev
 }
 
 /// The command that writes docs/maturity.md (a test renders the page and compares).
-pub const MATURITY_COMMAND: &str = "ACCEL_PLUGIN_DIR=examples/plugins/ascend accel conformance \\\n  --capture examples/plugins/ascend/capture --markdown > docs/maturity.md";
+pub const MATURITY_COMMAND: &str = "ACCEL_PLUGIN_DIR=examples/plugins/ascend accel conformance \\\n  --samples --capture examples/plugins/ascend/capture --markdown > docs/maturity.md";
 
 /// `docs/maturity.md`, generated from a report (never written by hand).
 pub fn markdown(report: &Report, command: &str) -> String {
@@ -754,10 +755,10 @@ pub fn markdown(report: &Report, command: &str) -> String {
     s
 }
 
-/// Every embedded sample, then the captures given on the command line.
-pub fn captures(paths: &[PathBuf], registry: &accel_model::SkuRegistry) -> Result<Vec<Capture>, String> {
-    let mut out: Vec<Capture> =
-        crate::samples::names().into_iter().filter_map(|n| Capture::sample(n, registry.clone())).collect();
+/// The embedded samples when `samples` is set, then the captures given on the command line.
+pub fn captures(paths: &[PathBuf], samples: bool, registry: &accel_model::SkuRegistry) -> Result<Vec<Capture>, String> {
+    let names = if samples { crate::samples::names() } else { Vec::new() };
+    let mut out: Vec<Capture> = names.into_iter().filter_map(|n| Capture::sample(n, registry.clone())).collect();
     for p in paths {
         out.push(Capture::path(p, registry.clone())?);
     }

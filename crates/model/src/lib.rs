@@ -9,6 +9,7 @@ mod name;
 mod path;
 mod pci;
 mod sku;
+mod suggest;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use machine::{
@@ -18,3 +19,4 @@ pub use machine::{
 pub use path::{Endpoint, PathClass, PathClassifier};
 pub use pci::{PciAddr, PciAddrError, PciClass, PciId, PciLink};
 pub use sku::{vendor_name, PciMatch, ScaleUp, Sku, SkuError, SkuRegistry};
+pub use suggest::{distance, suggest};
