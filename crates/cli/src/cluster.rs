@@ -67,7 +67,9 @@ pub struct ClusterArgs {
     /// Put every N consecutive nodes in one rack (label `rack=r<k>`).
     #[arg(long, value_name = "N")]
     pub rack_size: Option<usize>,
-    /// Trays per NVLink clique for samples with an `nvlink_clique` domain (NVL72: 18 trays).
+    /// Nodes per multi-node scale-up domain for samples whose own data does not say how many
+    /// share one (an `nvlink_clique`: 18 NVL72 trays). A node-local domain (an xGMI hive, a
+    /// one-host TPU slice) is always each node's own.
     #[arg(long, value_name = "N", default_value_t = 18)]
     pub clique_trays: usize,
     /// The fabric's switch tiers: a Slurm `topology.conf` (tree or block) or accel's topology

@@ -223,8 +223,10 @@ fn bench_cluster(nodes: usize) -> Result<Cluster> {
             let short = tier.rsplit('/').next().unwrap_or(tier);
             labels.insert((*tier).to_owned(), format!("{short}{}", i / size));
         }
-        // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack.
-        for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(|d| d.scale_up) {
+        // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack;
+        // a node-local one (an xGMI hive) stays each node's own.
+        let shared = |d: &&accel_model::Domain| d.scale_up && !d.node_local();
+        for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(shared) {
             labels.insert(d.kind.as_str().to_owned(), format!("{}-{}", d.kind.as_str(), i / 32));
         }
         cluster.nodes.push(ClusterNode {

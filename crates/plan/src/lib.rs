@@ -23,8 +23,8 @@ use std::fmt;
 use serde::Serialize;
 
 pub use cluster::{
-    machine_domains, BinPack, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth, MAX_DEVICES_PER_NODE,
-    W_BINPACK,
+    machine_domains, node_domains, BinPack, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth,
+    MAX_DEVICES_PER_NODE, W_BINPACK,
 };
 pub use planner::{BundlePlacement, DeviceSet, PlacedDevice, Placement, Planner, DOMAIN_CANDIDATES, W_PACK};
 pub use request::{Bundle, Connectivity, Groups, NicDistance, Request, Strategy, Within};

@@ -211,6 +211,7 @@ impl Planner {
                 MachineRef::Inline(m) => (planner.topos.intern(Topo::new(m, self_policy)?), machine_domains(m)),
             };
             let mut labels = domains;
+            crate::cluster::scope_node_local(&mut labels, machine, &node.name);
             labels.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
             planner.push_node(node.name.clone(), labels, topo)?;
             if !node.allocated.is_empty() {
@@ -262,6 +263,7 @@ impl Planner {
             self.bin_kinds.extend(machine.domains.iter().filter(|d| d.scale_up).map(|d| d.kind.as_str().to_owned()));
         }
         let mut all = machine_domains(machine);
+        crate::cluster::scope_node_local(&mut all, machine, name);
         all.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.push_node(name.to_owned(), all, topo)
     }

@@ -133,14 +133,15 @@ fn isolate_env(machine_json: &str, ids: Vec<String>) -> PyResult<std::collection
 /// `ray start` labels, custom resources and GPU count of a machine with its planner labels
 /// (`accel_discover::labels::ray_labels_for_node`), as `(labels, resources, num_gpus)`.
 #[pyfunction]
-#[pyo3(signature = (machine_json, labels=std::collections::BTreeMap::new()))]
+#[pyo3(signature = (machine_json, labels=std::collections::BTreeMap::new(), node=""))]
 #[allow(clippy::type_complexity)]
 fn ray_node(
     machine_json: &str,
     labels: std::collections::BTreeMap<String, String>,
+    node: &str,
 ) -> PyResult<(std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, f64>, f64)> {
     let machine: Machine = parse(machine_json, "machine")?;
-    let node = accel_discover::labels::ray_labels_for_node(&machine, &labels);
+    let node = accel_discover::labels::ray_labels_for_node(&machine, node, &labels);
     Ok((node.labels, node.resources, node.num_gpus))
 }
 

@@ -80,7 +80,7 @@ def node_spec(machine: dict[str, Any], name: str, labels: dict[str, str] | None 
     named in `accel.io/unhealthy-devices`.
     """
     planner = {k: str(v) for k, v in (labels or {}).items()}
-    base_labels, resources, num_gpus = _native.ray_node(json.dumps(machine), planner)
+    base_labels, resources, num_gpus = _native.ray_node(json.dumps(machine), planner, name)
     out_labels = dict(base_labels)
     out_labels[NODE_LABEL] = _label_value(name)
     return {"num_gpus": int(num_gpus), "resources": dict(resources), "labels": out_labels}

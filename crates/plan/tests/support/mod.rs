@@ -212,6 +212,7 @@ pub fn build(spec: &Spec) -> Machine {
             name: name.clone(),
             source: "test".into(),
             accelerators: Vec::new(),
+            nodes: None,
         });
     }
     m

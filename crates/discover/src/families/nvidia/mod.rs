@@ -434,6 +434,8 @@ fn apply_nvml(
             source: "nvml-fabric".into(),
             accelerators: members.into_iter().collect(),
             scale_up: true,
+            // An NVL72 clique holds 1 to 18 trays: the cluster says how many share this one.
+            nodes: None,
         });
     }
     partitions
