@@ -465,7 +465,10 @@ fn from_ray(address: Option<&str>) -> Result<Vec<Found>> {
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         if err.contains("No module named 'accel'") || err.contains("No module named accel") {
-            bail!("--from-ray: accel is not installed in {python} (pip install accel there, or set ACCEL_PYTHON)");
+            bail!(
+                "--from-ray: the accel Python package is not installed in {python}: {}",
+                crate::INSTALL_PYTHON_PACKAGE
+            );
         }
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no error message");
         bail!("--from-ray: {python} -m accel.ray cluster-json failed: {}", last.trim());

@@ -1,6 +1,6 @@
 //! `accel lab ...`: the lab (docs/lab.md) lives in the Python package, so this execs
-//! `$ACCEL_PYTHON -m accel.lab` (`python3` when unset) with every argument passed through,
-//! `--help` included; its exit status is the lab's.
+//! `$ACCEL_PYTHON -m accel.lab` (`python3` when unset; the wheel's `accel` sets it to its own
+//! Python) with every argument passed through, `--help` included; its exit status is the lab's.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -22,14 +22,31 @@ fn python() -> OsString {
     std::env::var_os("ACCEL_PYTHON").filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into())
 }
 
+/// What the interpreter runs: `python -m accel.lab`, except that a Python without the accel
+/// package says so in one line (exit 2) instead of a `ModuleNotFoundError`.
+const LAUNCH: &str = r#"import importlib.util, runpy, sys
+if importlib.util.find_spec("accel") is None:
+    sys.stderr.write("accel: error: accel lab needs the accel Python package, which is not installed in "
+                     + sys.executable + ": " + sys.argv[1] + "\n")
+    sys.exit(2)
+del sys.argv[1]
+runpy.run_module("accel.lab", run_name="__main__", alter_sys=True)
+"#;
+
 /// Replaces this process with `python -m accel.lab ARGS...`; returns only when that fails.
 pub fn run(args: LabArgs) -> Result<()> {
     let python = python();
-    let err = std::process::Command::new(&python).arg("-m").arg("accel.lab").args(&args.args).exec();
+    let err = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(LAUNCH)
+        .arg(crate::INSTALL_PYTHON_PACKAGE)
+        .args(&args.args)
+        .exec();
     Err(err).with_context(|| {
         format!(
-            "cannot run `{} -m accel.lab` (set ACCEL_PYTHON to a Python with the accel package installed)",
-            python.to_string_lossy()
+            "cannot run {} for `accel lab` (set ACCEL_PYTHON to a Python with the accel package: {})",
+            python.to_string_lossy(),
+            crate::INSTALL_PYTHON_PACKAGE
         )
     })
 }

@@ -21,6 +21,13 @@ use accel_model::{Machine, SkuRegistry};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+/// How to get the accel Python package, for every message that needs it (`accel lab`,
+/// `accel cluster build --from-ray`): this project is not on PyPI, where the package named
+/// `accel` is an unrelated one.
+pub(crate) const INSTALL_PYTHON_PACKAGE: &str = "pip install dist/accel-*.whl (the wheel `bash scripts/wheel.sh` \
+     builds; not `pip install accel`, an unrelated PyPI package), or from a checkout `bash scripts/setup.sh` \
+     and ACCEL_PYTHON=.venv/bin/python";
+
 /// `accel --version`: the crate version, the git commit and the optional features built in.
 static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let features = accel_discover::FEATURES.join(",");

@@ -1,7 +1,7 @@
 //! Node labels and resources for schedulers, from a discovered [`Machine`]: Ray
 //! (`ray start --labels ... --resources ...`) and Kubernetes (NFD / GPU Feature Discovery names
 //! where they exist). Pure functions of the machine, shared by `accel labels`, the planner and
-//! `accel ray-start`.
+//! `python -m accel.ray start`.
 //!
 //! Naming: accel's own labels live under `accel.io/`. For Ray it also sets the two `ray.io/`
 //! labels that Ray's scheduler reads but never sets from topology itself:
