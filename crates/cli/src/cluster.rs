@@ -148,11 +148,6 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
-/// An embedded sample's machine, or the error naming the nearest sample.
-pub(crate) fn sample_machine(name: &str) -> Result<Machine> {
-    accel_discover::samples::machine(name).with_context(|| accel_discover::samples::unknown(name))
-}
-
 /// Builds a cluster of sample machines; nodes are named `<sample>-<k>`.
 pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
     let mut cluster = Cluster::default();
@@ -162,7 +157,7 @@ pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
             Some((n, c)) => (n, c.parse::<usize>().with_context(|| format!("bad count in {part:?}"))?),
             None => (part, 1),
         };
-        cluster.add_nodes(name, sample_machine(name)?, count, args.clique_trays);
+        cluster.add_nodes(name, crate::sample_machine(name)?, count, args.clique_trays);
     }
     if cluster.nodes.is_empty() {
         bail!("--sample names no nodes");

@@ -198,7 +198,7 @@ const MIX: &[(&str, usize)] = &[
 fn bench_cluster(nodes: usize) -> Result<Cluster> {
     let mut cluster = Cluster::default();
     for (name, _) in MIX {
-        cluster.machines.insert((*name).to_owned(), crate::cluster::sample_machine(name)?);
+        cluster.machines.insert((*name).to_owned(), crate::sample_machine(name)?);
     }
     let total: usize = MIX.iter().map(|(_, w)| w).sum();
     let mut rng = Rng::new(0x5eed_acce_1000_0001);
@@ -304,7 +304,7 @@ fn first_fit(planner: &Planner, cluster: &Cluster, count: usize) -> Option<(Stri
 /// against first fit, by score and minimum pairwise bandwidth.
 fn against_first_fit() -> Result<serde_json::Value> {
     let names = ["rtx-pro-6000-server", "mi210-2hive", "dgx-h100", "mi300x", "hgx-b200"];
-    let machines: Vec<Machine> = names.iter().map(|n| crate::cluster::sample_machine(n)).collect::<Result<_>>()?;
+    let machines: Vec<Machine> = names.iter().map(|n| crate::sample_machine(n)).collect::<Result<_>>()?;
     let mut rng = Rng::new(42);
     let (mut ours_score, mut ff_score, mut ours_min, mut ff_min) = (0.0, 0.0, 0.0, 0.0);
     let (mut better_or_equal, mut cases) = (0usize, 0usize);
