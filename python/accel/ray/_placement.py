@@ -28,7 +28,7 @@ from .. import _native
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
-from .._errors import Infeasible
+from .._errors import Infeasible, InvalidRequest
 from ._affinity import affinity_env, py_executable
 from .._plan import Planner, load_request
 
@@ -189,17 +189,26 @@ class AccelPlacementGroup:
     def bundle_count(self) -> int:
         return len(self.placement["bundles"])
 
+    def _bundle(self, i: int) -> dict[str, Any]:
+        """Bundle `i`, or InvalidRequest naming the valid range (never a bare IndexError, and
+        no counting from the end: -1 is a mistake, not the last bundle)."""
+        n = self.bundle_count
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise InvalidRequest(f"no bundle {i!r}: this placement group's bundles are 0 to {n - 1}", field="bundle", value=str(i))
+        bundle: dict[str, Any] = self.placement["bundles"][i]
+        return bundle
+
     def node(self, i: int) -> str:
-        return str(self.placement["bundles"][i]["node"])
+        return str(self._bundle(i)["node"])
 
     def devices(self, i: int) -> list[dict[str, Any]]:
-        devices: list[dict[str, Any]] = self.placement["bundles"][i]["devices"]
+        devices: list[dict[str, Any]] = self._bundle(i)["devices"]
         return devices
 
     def env(self, i: int) -> dict[str, str]:
         """The environment of bundle `i`: its devices' visibility variables, its CPUs
         (`ACCEL_CPUS`) and its nearest RDMA NICs (`NCCL_IB_HCA`, `UCX_NET_DEVICES`)."""
-        b = self.placement["bundles"][i]
+        b = self._bundle(i)
         machine = self._machines[b["node"]]
         env = affinity_env(machine, b["devices"])
         env.update(visibility_env(machine, [d["id"] for d in b["devices"]]))
