@@ -55,10 +55,12 @@ import accel
 import accel.ray
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-for _name, _sample, _labels in NODES:
-    _spec = accel.ray.node_spec(accel.sample(_sample), _name, _labels)
-    _cluster.add_node(num_cpus=2, num_gpus=_spec["num_gpus"], resources=_spec["resources"], labels=_spec["labels"])
+# The head node is the first sample node (one raylet fewer on a small machine).
+_specs = [(_name, accel.ray.node_spec(accel.sample(_sample), _name, _labels)) for _name, _sample, _labels in NODES]
+_args = [{"num_cpus": 2, "num_gpus": s["num_gpus"], "resources": s["resources"], "labels": s["labels"]} for _, s in _specs]
+_cluster = Cluster(initialize_head=True, head_node_args={**_args[0], "include_dashboard": False})
+for _a in _args[1:]:
+    _cluster.add_node(**_a)
 _cluster.wait_for_nodes()
 ray.init(address=_cluster.address, log_to_driver=False)
 for _name, _sample, _labels in NODES:
