@@ -27,10 +27,10 @@ time_it() {
     end=$(date +%s.%N)
     times+=("$(echo "$end - $start" | bc)")
   done
-  printf '%s\n' "${times[@]}" | python3 -c "
+  printf '%s\n' "${times[@]}" | python3 -c '
 import statistics, sys
 t = sorted(float(x) for x in sys.stdin)
-print(f'$label: min {t[0]:.2f} s, median {statistics.median(t):.2f} s over {len(t)} runs')"
+print(f"{sys.argv[1]}: min {t[0]:.2f} s, median {statistics.median(t):.2f} s over {len(t)} runs")' "$label"
 }
 echo "binary: $accel ($("$accel" --version)); plugin python: $(command -v python3); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 time_it "--plugin ascend --capture C (the vendor's loop)"
