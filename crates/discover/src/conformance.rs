@@ -480,13 +480,15 @@ fn robustness(alone: &[Box<dyn Vendor>], capture: &Capture, rounds: usize) -> Ch
     }
 }
 
-/// `f` over `items` on threads of their own (at most [`PARALLEL`] at a time), results in order:
+/// `f` over `items` on threads of their own (as many at a time as there are CPUs, from 2 to
+/// [`PARALLEL`]), results in order:
 /// a check's plugin calls are independent, and an external plugin's are mostly process start-up.
 fn parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     let mut out = Vec::with_capacity(items.len());
     let mut items = items.into_iter().peekable();
     while items.peek().is_some() {
-        let batch: Vec<T> = items.by_ref().take(PARALLEL).collect();
+        let width = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, PARALLEL);
+        let batch: Vec<T> = items.by_ref().take(width).collect();
         std::thread::scope(|s| {
             let handles: Vec<_> = batch.into_iter().map(|item| s.spawn(|| f(item))).collect();
             out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
@@ -495,7 +497,7 @@ fn parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R
     out
 }
 
-/// How many plugin calls of one check run at once.
+/// The most plugin calls of one check that run at once.
 const PARALLEL: usize = 4;
 
 /// The plugin on an empty root and on a root of garbage files answers in time with a valid
