@@ -610,13 +610,15 @@ own (its PCI addresses and UUIDs).
   temperature 33 C, SM clock 345 MHz, memory clock 2619 MHz, volatile ECC 0/0) are those of a
   real, idle NVIDIA H100 80GB HBM3 (driver 545.23.08) in `nvidia-smi -a` as published in
   PrincetonUniversity/gpu_programming_intro (the "What is a GPU?" README, node della-j11g1,
-  2024-02-23). They are an H100's, not a GB200's: no public GB200 `nvidia-smi -q` was found, so
-  the memory total is the H100's 80 GB.
+  2024-02-23). They are an H100's, not a GB200's: no public GB200 `nvidia-smi -q` was found.
+  The memory total is not a reading but the device's own size, so it is this sample's (its
+  `/accel/nvml.json`: 186 GiB), as `accel topo` and the exports show it
+  (`crates/agent/tests/readings.rs` checks that the readings agree with the model).
 - NVLink data counters of links 0-7 (`nvidia-smi nvlink -i 0 -gt d`, KiB) are those of a real
   NVIDIA H800 (GPU-34bf77d1-...), from a public nvidia-smi tutorial that shows the counters idle
   and during LLaMA-13B training (source it cites: https://www.inte.net/news/270918.html). GPUs 0
-  and 1 carry the training counters, GPUs 2 and 3 the idle ones. The tray's GPUs have 18 links;
-  only the 8 recorded ones carry counters.
+  and 1 carry the training counters, GPUs 2 and 3 the idle ones. The tray's GPUs have 18 links
+  (NV18), and all 18 are listed; only the 8 recorded ones carry counters.
 - NVLink error counters and XIDs were not in those outputs and are absent (no series).
 """)
     # RTX PRO 6000 Blackwell server: 8 PCIe GPUs, two per switch, one NIC per switch.

@@ -282,7 +282,7 @@ fn capture_provenance(
 ) -> Result<Option<accel_discover::provenance::Provenance>> {
     use accel_discover::provenance::{Provenance, FILE};
     if let Some(name) = &source.sample {
-        let p = accel_discover::samples::provenance(name).with_context(|| format!("no sample named {name:?}"))?;
+        let p = accel_discover::samples::provenance(name).with_context(|| accel_discover::samples::unknown(name))?;
         return Ok(Some(p.with_context(|| format!("sample {name}: provenance.toml"))?));
     }
     if source.root == std::path::Path::new("/") {

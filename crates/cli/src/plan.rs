@@ -53,11 +53,6 @@ pub struct BenchPlanArgs {
     pub json: bool,
 }
 
-fn sample_machine(name: &str) -> Result<Machine> {
-    accel_discover::samples::machine(name)
-        .with_context(|| format!("no sample named {name:?}; `accel samples` lists them"))
-}
-
 /// Reads a fabric topology (Slurm `topology.conf`, or accel's JSON when the name ends in
 /// `.json`) and writes its tiers onto the cluster's nodes; warnings go to stderr.
 pub(crate) fn apply_topology(cluster: &mut Cluster, path: &PathBuf) -> Result<()> {
@@ -234,7 +229,7 @@ const MIX: &[(&str, usize)] = &[
 fn bench_cluster(nodes: usize) -> Result<Cluster> {
     let mut cluster = Cluster::default();
     for (name, _) in MIX {
-        cluster.machines.insert((*name).to_owned(), sample_machine(name)?);
+        cluster.machines.insert((*name).to_owned(), crate::source::sample_machine(name)?);
     }
     let total: usize = MIX.iter().map(|(_, w)| w).sum();
     let mut rng = Rng::new(0x5eed_acce_1000_0001);
@@ -259,8 +254,10 @@ fn bench_cluster(nodes: usize) -> Result<Cluster> {
             let short = tier.rsplit('/').next().unwrap_or(tier);
             labels.insert((*tier).to_owned(), format!("{short}{}", i / size));
         }
-        // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack.
-        for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(|d| d.scale_up) {
+        // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack;
+        // a node-local one (an xGMI hive) stays each node's own.
+        let shared = |d: &&accel_model::Domain| d.scale_up && !d.node_local();
+        for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(shared) {
             labels.insert(d.kind.as_str().to_owned(), format!("{}-{}", d.kind.as_str(), i / 32));
         }
         cluster.nodes.push(ClusterNode {
@@ -338,7 +335,7 @@ fn first_fit(planner: &Planner, cluster: &Cluster, count: usize) -> Option<(Stri
 /// against first fit, by score and minimum pairwise bandwidth.
 fn against_first_fit() -> Result<serde_json::Value> {
     let names = ["rtx-pro-6000-server", "mi210-2hive", "dgx-h100", "mi300x", "hgx-b200"];
-    let machines: Vec<Machine> = names.iter().map(|n| sample_machine(n)).collect::<Result<_>>()?;
+    let machines: Vec<Machine> = names.iter().map(|n| crate::source::sample_machine(n)).collect::<Result<_>>()?;
     let mut rng = Rng::new(42);
     let (mut ours_score, mut ff_score, mut ours_min, mut ff_min) = (0.0, 0.0, 0.0, 0.0);
     let (mut better_or_equal, mut cases) = (0usize, 0usize);

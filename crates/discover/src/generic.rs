@@ -101,12 +101,12 @@ fn accelerator(host: &Host, node: &PciNode, warnings: &mut Vec<Warning>) -> Opti
             source: "generic-pci".into(),
             path: Some(format!("/sys/bus/pci/devices/{addr}")),
             message: format!(
-                "unknown accelerator {} (subsystem {}, class {:?}); add it to the SKU registry",
+                "unknown accelerator {} (subsystem {}, class 0x{:06x}); add it to the SKU registry",
                 node.vendor
                     .zip(node.device)
                     .map_or_else(|| "with unreadable ids".to_owned(), |(v, d)| format!("{v}:{d}")),
                 subsystem.map_or_else(|| "unknown".to_owned(), |(v, d)| format!("{v}:{d}")),
-                node.class?,
+                node.class?.0,
             ),
         });
     }

@@ -209,6 +209,10 @@ fn tpu_worker(worker: u32) -> Machine {
         m.attributes.insert(k.into(), if v.is_empty() { worker.to_string() } else { v.into() });
     }
     m.accelerators.truncate(4);
+    // The slice spans four hosts (discovery derives this from the same two attributes).
+    for d in m.domains.iter_mut().filter(|d| d.kind.as_str() == "tpu_slice") {
+        d.nodes = Some(4);
+    }
     m
 }
 
@@ -307,6 +311,7 @@ fn nfd_topograph_network_layers() {
             source: "test".into(),
             accelerators: Vec::new(),
             scale_up: false,
+            nodes: None,
         });
     }
     let labels = nfd::topograph_labels(&machine);
@@ -326,6 +331,7 @@ fn nfd_refuses_files_over_64_kib() {
             source: "test".into(),
             accelerators: Vec::new(),
             scale_up: false,
+            nodes: None,
         });
     }
     let err = nfd::features_file(&machine, 0).unwrap_err();

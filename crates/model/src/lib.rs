@@ -9,6 +9,7 @@ mod name;
 mod path;
 mod pci;
 mod sku;
+mod suggest;
 mod system;
 
 pub use cpuset::{CpuSet, CpuSetError};
@@ -19,4 +20,5 @@ pub use machine::{
 pub use path::{Endpoint, PathClass, PathClassifier};
 pub use pci::{PciAddr, PciAddrError, PciClass, PciId, PciLink};
 pub use sku::{vendor_name, PciMatch, ScaleUp, Sku, SkuError, SkuRegistry};
+pub use suggest::{distance, suggest};
 pub use system::System;

@@ -113,6 +113,17 @@ impl Machine {
     pub fn warn(&mut self, source: &str, path: Option<String>, message: impl Into<String>) {
         self.warnings.push(Warning { source: source.to_owned(), path, message: message.into() });
     }
+
+    /// This machine as node `node` of a cluster: every node-local domain renamed to its
+    /// [`Domain::scoped_name`], so that no two nodes share one. Labels and exports of one node
+    /// read the machine through this.
+    pub fn scoped_to(&self, node: &str) -> Machine {
+        let mut out = self.clone();
+        for d in &mut out.domains {
+            d.name = d.scoped_name(node);
+        }
+        out
+    }
 }
 
 /// What identifies the host itself.
@@ -575,11 +586,37 @@ pub struct Domain {
     /// The accelerators in it; empty means the whole node.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub accelerators: Vec<String>,
-    /// A scale-up fabric's domain that can span nodes (an NVLink clique, a TPU slice): the
-    /// accelerators in it reach each other over the fabric, not the network. Schedulers' "GPU
-    /// domain" (Slurm blocks, topograph's `accelerator` label, DRA's `scaleUpDomain`) is this.
+    /// A scale-up fabric's domain (an NVLink clique, a TPU slice, an xGMI hive): the accelerators
+    /// in it reach each other over the fabric, not the network. Schedulers' "GPU domain" (Slurm
+    /// blocks, topograph's `accelerator` label, DRA's `scaleUpDomain`) is this.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub scale_up: bool,
+    /// How many nodes the domain spans, where its family's evidence says: `1` for a domain that
+    /// cannot leave its node (an xGMI hive, a PCIe switch, a node-local NVSwitch) or a TPU slice
+    /// of one host; a TPU slice's host count. Absent where the cluster decides (an NVL72 clique
+    /// holds 1 to 18 trays: `--clique-trays`, node labels, a topology file) or for a domain
+    /// above the node (zone, rack).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub nodes: Option<u32>,
+}
+
+impl Domain {
+    /// Whether the domain lies within one node: its name is then unique only inside that node
+    /// (two nodes cloned from one capture share it), so views across nodes use
+    /// [`Domain::scoped_name`].
+    pub fn node_local(&self) -> bool {
+        self.nodes == Some(1)
+    }
+
+    /// The domain's name across a cluster: a node-local domain's qualified by its node
+    /// (`mi355x-0.8a3f5e2d1c0b0a09`), any other as it is. Already qualified names stay as they are.
+    pub fn scoped_name(&self, node: &str) -> String {
+        let prefix = format!("{node}.");
+        if !self.node_local() || node.is_empty() || self.name.starts_with(&prefix) {
+            return self.name.clone();
+        }
+        prefix + &self.name
+    }
 }
 
 /// Something discovery could not read or did not understand. Never fatal.

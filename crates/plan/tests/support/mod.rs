@@ -207,6 +207,7 @@ pub fn build(spec: &Spec) -> Machine {
             name: name.clone(),
             source: "test".into(),
             accelerators: Vec::new(),
+            nodes: None,
         });
     }
     m

@@ -83,6 +83,8 @@ pub fn apply(host: &Host, accs: Vec<Accelerator>, report: &mut Report) -> Vec<Ac
             source: "hwloc:XGMIHiveID".into(),
             accelerators: members,
             scale_up: true,
+            // A hive joins the GPUs of one node only (`mod.rs` says why).
+            nodes: Some(1),
         });
     }
     let physical: BTreeMap<String, String> = out

@@ -12,7 +12,7 @@ pub mod partition;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_model::{Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, PciAddr, Warning};
+use accel_model::{Accelerator, Domain, Link, LinkKind, LinkKindInfo, Machine, PciAddr, Warning};
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
@@ -322,7 +322,9 @@ impl Vendor for Amd {
         }
         report.warnings.extend(crate::plugin::not_visible(SRC, "/dev/dri/renderD*", &hidden, "they are not reported"));
         // A hive of more than one GPU is the xGMI fabric's domain (a scale-up domain; KFD gives
-        // every hive a random 64-bit id, so two machines never share one by chance).
+        // every hive a random 64-bit id, so two machines never share one by chance). xGMI
+        // joins the GPUs of one node only: a hive never spans nodes (`nodes: 1`), so clones of
+        // one capture in a cluster get hives of their own (`Domain::scoped_name`).
         for (hive, members) in hives.into_iter().filter(|(_, m)| m.len() > 1) {
             report.domains.push(Domain {
                 kind: XGMI_HIVE,
@@ -330,6 +332,7 @@ impl Vendor for Amd {
                 source: "kfd:hive_id".into(),
                 accelerators: members,
                 scale_up: true,
+                nodes: Some(1),
             });
         }
         // xGMI links between different physical GPUs; between partitions of one package the

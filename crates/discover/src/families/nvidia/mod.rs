@@ -14,7 +14,7 @@ pub mod nvml_live;
 use std::collections::{BTreeMap, BTreeSet};
 
 use accel_model::{
-    Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
+    Accelerator, Domain, Link, LinkKindInfo, Machine, Partition, PciAddr, Warning,
 };
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
@@ -442,6 +442,8 @@ fn apply_nvml(
             source: "nvml-fabric".into(),
             accelerators: members.into_iter().collect(),
             scale_up: true,
+            // An NVL72 clique holds 1 to 18 trays: the cluster says how many share this one.
+            nodes: None,
         });
     }
     partitions
