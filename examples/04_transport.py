@@ -32,7 +32,8 @@ class Consumer:
         return float(weights["w"].sum())
 
 
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+# A private local cluster: address="local" never attaches to a cluster already running here.
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 try:
     producer, consumer = Producer.remote(), Consumer.remote()
     total = ray.get(consumer.total.remote(producer.weights.remote()), timeout=120)

@@ -37,7 +37,8 @@ class InferenceWorker:
             return version, float(tensors["w"][0, 0]), float(tensors["b"].sum())
 
 
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+# A private local cluster: address="local" never attaches to a cluster already running here.
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 try:
     trainer = Trainer.remote()
     ch = ray.get(trainer.channel.remote(), timeout=120)

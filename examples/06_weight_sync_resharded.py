@@ -47,7 +47,8 @@ class InferenceRank(accel.ray.WeightTarget):
             return version, hidden @ w["w2"].astype(np.float32)  # this rank's partial output
 
 
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+# A private local cluster: address="local" never attaches to a cluster already running here.
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 try:
     trainers = [TrainerRank.remote(r) for r in range(4)]
     servers = [InferenceRank.remote() for _ in range(8)]

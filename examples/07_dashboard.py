@@ -62,7 +62,7 @@ try:
     wanted = ("accel_device_info", "accel_hw_power_watts", "accel_hw_gpu_memory_usage_bytes")
     shown = [line for line in metrics.splitlines() if line.startswith(wanted)]
     for name in wanted:
-        series = [line for line in shown if line.startswith(name + "{")]
+        series = sorted(line for line in shown if line.startswith(name + "{"))  # the first device's first
         assert series, f"no {name} series in /metrics:\n{metrics[:2000]}"
         print(f"{series[0]}   (+{len(series) - 1} more)")
     assert metrics.rstrip().endswith("# EOF"), "OpenMetrics text ends with # EOF"

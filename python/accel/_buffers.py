@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _native, _nixl
+from . import _native, _nixl, _raysecret
 from ._errors import InvalidArgument
 from ._native import BufferFreed, OwnerGone, TransportError
 
@@ -155,11 +155,27 @@ def _start() -> _State:
                 if from_file:
                     config[SECRET_VAR] = from_file  # never copied into the environment
                 else:
-                    # Child processes (multiprocessing, a local Ray cluster) inherit it.
-                    os.environ[SECRET_VAR] = config[SECRET_VAR] = secrets.token_hex(32)
+                    # In a Ray cluster, the cluster's secret from Ray's KV (accel._raysecret);
+                    # else a fresh one. Child processes (multiprocessing, a local Ray cluster)
+                    # inherit it.
+                    mine = _raysecret.cluster_secret() or secrets.token_hex(32)
+                    os.environ[SECRET_VAR] = config[SECRET_VAR] = mine
+            # A secret of this process's own (a variable, a file) becomes the cluster's if it
+            # has none yet, so workers on nodes without the file agree with this one.
+            _raysecret.cluster_secret(seed=config[SECRET_VAR])
             st.owner, st.host, st.endpoint = _native.transport_start(config)
             st.pid = os.getpid()
     return st
+
+
+def share_with_ray() -> None:
+    """Makes this process's secret the Ray cluster's if the cluster has none yet (a driver that
+    started its transport before `ray.init`); a no-op outside Ray or before the transport
+    started."""
+    if _state.pid == os.getpid():
+        secret = os.environ.get(SECRET_VAR) or _read_secret_file(secret_file())
+        if secret:
+            _raysecret.cluster_secret(seed=secret)
 
 
 def info() -> dict[str, str]:

@@ -23,6 +23,8 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    # `accel lab` and `accel cluster build --from-ray` run Python with the accel package: this one.
+    os.environ.setdefault("ACCEL_PYTHON", sys.executable)
     # Replace this process: signals, exit status and the terminal go straight to the binary.
     os.execv(exe, [str(exe), *sys.argv[1:]])
     return 0  # not reached

@@ -16,7 +16,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._native import PlacementError, TransportError
+from ._native import PlacementError, TransportError, suggest
+
+
+# How to install accel and Ray, for every hint that names it: this project is not on PyPI (the
+# PyPI package named `accel` is an unrelated one), and the `[ray]` extra pins Ray 2.60.0
+# (pyproject.toml; python/tests/test_hints.py checks both).
+INSTALL_ACCEL = (
+    "pip install dist/accel-*.whl (the wheel `bash scripts/wheel.sh` builds from a checkout; "
+    "not `pip install accel`, which is an unrelated PyPI package)"
+)
+INSTALL_RAY = "pip install 'ray[default]==2.60.0'"
+
+
+def did_you_mean(word: object, known: Any) -> str:
+    """`; did you mean 'x'?` for the known name nearest to `word` (the one suggestion rule,
+    `accel_model::suggest`), or an empty string when none is close."""
+    near = suggest(str(word), [str(k) for k in known])
+    return f"; did you mean {near!r}?" if near else ""
 
 
 class InvalidRequest(PlacementError, ValueError):

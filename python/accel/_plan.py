@@ -199,7 +199,8 @@ def cluster(
     """A cluster of sample machines, like `accel cluster --sample dgx-h100:4,mi300x:2`.
 
     Nodes are named `<sample>-<k>`. Samples with an NVLink clique get a `nvlink_clique` label
-    per `clique_trays` nodes; `rack_size` puts consecutive nodes into racks `r0`, `r1`...
+    per `clique_trays` nodes; a node-local domain (an xGMI hive, a one-host TPU slice) is each
+    node's own; `rack_size` puts consecutive nodes into racks `r0`, `r1`...
     """
     if isinstance(spec, str):
         text = spec

@@ -48,6 +48,7 @@ import numpy.typing as npt
 
 from . import _device, _native, _syncmetrics
 from . import _buffers as _b
+from ._errors import did_you_mean
 from ._native import AccelError, TransportError
 
 __all__ = [
@@ -158,7 +159,8 @@ def _dtype_name(dtype: Any) -> str:
     try:
         return _NAMES[np.dtype(dtype)]
     except (TypeError, KeyError):
-        raise LayoutError(f"unknown dtype {dtype!r}; layouts name one of {sorted(_STORAGE)}") from None
+        hint = did_you_mean(dtype, _STORAGE)
+        raise LayoutError(f"unknown dtype {dtype!r}{hint} (layouts name one of {', '.join(sorted(_STORAGE))})") from None
 
 
 def _box(spec: Any, shape: tuple[int, ...], where: str) -> Box:
@@ -212,7 +214,7 @@ class Layout:
             held = {}
             for name, spec in boxes.items():
                 if name not in self.tensors:
-                    raise LayoutError(f"rank {r} holds {name!r}, which is not among the tensors {sorted(self.tensors)}")
+                    raise LayoutError(f"rank {r} holds {name!r}, which is not among the tensors{_known(name, self.tensors)}")
                 held[name] = _box(spec, self.tensors[name][0], f"rank {r}, tensor {name!r}")
             self.ranks.append(held)
         if hosts is not None and len(hosts) != len(self.ranks):
@@ -234,8 +236,12 @@ class Layout:
             raise LayoutError(f"{ranks} ranks do not hold {replicas} equal replicas")
         parts = ranks // replicas
         out: list[dict[str, Any]] = [{} for _ in range(ranks)]
+        if isinstance(dim, Mapping):
+            _only_tensors(dim, tensors, "dim")
         for name, (shape, *_) in tensors.items():
             d = dim.get(name, 0) if isinstance(dim, Mapping) else dim
+            if d is not None:
+                d = _axis(d, len(shape), name)
             for r in range(ranks):
                 box = [(0, int(n)) for n in shape]
                 if d is not None:
@@ -260,6 +266,7 @@ class Layout:
             dims = tuple(int(x) for x in mesh)
             ranks_of = np.arange(math.prod(dims)).reshape(dims)
         out: list[dict[str, Any]] = [{} for _ in range(int(ranks_of.size))]
+        _only_tensors(placements, tensors, "placements")
         for name, (shape, *_) in tensors.items():
             places = list(placements.get(name, ["R"] * ranks_of.ndim))
             if len(places) != ranks_of.ndim:
@@ -306,6 +313,11 @@ class Layout:
         """The same layout storing tensors as other dtypes (one for all, or per name); FP8
         dtypes (``f8e4m3``, ``f8e5m2``) take a ``scale`` (``"tensor"`` or ``"block"``; one for
         all, or per name)."""
+        if isinstance(dtypes, Mapping):
+            _only_tensors(dtypes, self.tensors, "with_dtypes")
+        if isinstance(scale, Mapping):
+            _only_tensors(scale, self.tensors, "scale")
+
         def pick(name: str) -> Any:
             return dtypes.get(name, self.tensors[name][1]) if isinstance(dtypes, Mapping) else dtypes
 
@@ -352,6 +364,30 @@ class Layout:
         if self._digest is None:
             self._digest = hashlib.sha256(self.to_json().encode()).hexdigest()
         return self._digest
+
+
+def _known(name: object, tensors: Mapping[str, Any]) -> str:
+    """`; did you mean 'w1'? (tensors: w1, w2)`: the nearest tensor name and the list."""
+    return f"{did_you_mean(name, tensors)} (tensors: {', '.join(sorted(tensors))})"
+
+
+def _only_tensors(given: Mapping[str, Any], tensors: Mapping[str, Any], what: str) -> None:
+    """Refuses a per-tensor argument naming a tensor the layout does not have (a typo would
+    otherwise be silently ignored and the tensor take the default)."""
+    for name in given:
+        if name not in tensors:
+            raise LayoutError(f"{what} names {name!r}, which is not among the tensors{_known(name, tensors)}")
+
+
+def _axis(d: Any, ndim: int, name: str) -> int:
+    """Dimension ``d`` of a tensor of ``ndim`` dimensions (negative counts from the end, as in
+    numpy and torch), or a LayoutError naming the valid range."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+        raise LayoutError(f"tensor {name!r}: dim must be an integer or None, not {d!r}")
+    if not -ndim <= int(d) < ndim:
+        valid = f"0 to {ndim - 1}, or -{ndim} to -1 from the end" if ndim else "none: it is a scalar"
+        raise LayoutError(f"tensor {name!r} has {ndim} dimension(s): dim {d} is out of range (valid: {valid})")
+    return int(d) % ndim
 
 
 def _chunk(n: int, parts: int, i: int) -> tuple[int, int]:

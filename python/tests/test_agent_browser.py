@@ -3,7 +3,8 @@ DevTools protocol, against `accel agent` serving a real Ray 2.60 cluster
 (`ray.cluster_utils.Cluster`) whose nodes are sample machines. A placement group made through
 `accel.ray.placement_group` must appear on its devices; the page must load without console
 errors; topology, links and metrics must be drawn; a view that stops being refreshed must show
-as stale with the age the agent measured. The screenshot goes to the test's temporary
+as stale with the age the agent measured; a placement group Ray removed leaves the page (its
+row and its devices' tags) at the next refresh. The screenshot goes to the test's temporary
 directory, and to docs/img/dashboard.png (the one the docs show) with `UPDATE_EXPECT=1`."""
 
 from __future__ import annotations
@@ -103,12 +104,12 @@ def served(accel_bin, tmp_path_factory):
         for i, name in enumerate(NODES):
             _agent.run_sidecar(name, urls[name], cluster_file=str(cluster_file) if i == 0 else None, once=True, interval_s=60)
         _agent.run_sidecar(next(iter(NODES)), urls[next(iter(NODES))], cluster_file=str(cluster_file), once=True, interval_s=60)
-        yield {"url": urls[next(iter(NODES))], "apg": apg, "cluster_file": cluster_file, "tmp": tmp}
+        yield {"url": urls[next(iter(NODES))], "urls": urls, "apg": apg, "cluster_file": cluster_file, "tmp": tmp}
     finally:
         for p in agents:
             p.terminate()
             p.wait(timeout=10)
-        if apg is not None:
+        if apg is not None and not getattr(apg, "_removed_by_test", False):
             apg.remove()
         ray.shutdown()
         c.shutdown()
@@ -276,10 +277,27 @@ def test_dashboard_in_chromium_shows_topology_metrics_and_placement(served, tmp_
     assert "2 nodes" in facts["summary"], facts["summary"]
     assert facts["devices"] == 4
     assert facts["edges"] == 6, "the tray's six switched GPU pairs"
-    assert facts["linkRows"] == 32, "8 recorded NVLinks on each of 4 GPUs"
+    assert facts["linkRows"] == 72, "the 18 NVLinks of each of 4 GPUs (NV18), as the model has them"
     assert "72.0 W" in facts["deviceText"] and "33 °C" in facts["deviceText"], facts["deviceText"]
     planned = [d["id"] for d in served["apg"].devices(0)]
     assert sorted(facts["held"]) == sorted(planned), facts
     assert all("train-pg" in label and "Trainer" in label for label in facts["pgLabels"]), facts["pgLabels"]
     assert any("train-pg" in row and "nvl-a0" in row for row in facts["pgRows"]), facts["pgRows"]
     assert screenshot.stat().st_size > 10_000
+
+
+def test_a_removed_placement_group_leaves_the_page_at_the_next_refresh(served, tmp_path):
+    # Runs last (it removes the module's placement group). Ray keeps a removed group in its
+    # table as REMOVED; one sidecar round later the document and the page no longer hold it.
+    apg = served["apg"]
+    apg.remove()
+    apg._removed_by_test = True
+    head = next(iter(NODES))
+    _agent.run_sidecar(head, served["urls"][head], cluster_file=str(served["cluster_file"]), once=True, interval_s=60)
+    doc = json.loads(served["cluster_file"].read_text())
+    assert [p["name"] for p in doc["placement_groups"]] == [], doc["placement_groups"]
+    with tempfile.TemporaryDirectory(prefix="accel-chromium-") as profile:
+        facts = asyncio.run(_drive(served["url"] + "/", pathlib.Path(profile), tmp_path / "after.png"))
+    assert facts["errors"] == [], facts["errors"]
+    assert facts["held"] == [] and facts["pgLabels"] == [], facts
+    assert facts["pgRows"] == [] and "0 placement groups" in facts["summary"], facts

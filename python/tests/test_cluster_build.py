@@ -98,8 +98,10 @@ def test_an_interpreter_without_accel_is_one_clear_line(accel_bin: pathlib.Path,
     env = dict(os.environ, ACCEL_PYTHON=str(shim))
     done = _run(accel_bin, "cluster", "build", "--from-ray", env=env)
     assert done.returncode == 2
-    assert done.stderr.startswith("accel: error: --from-ray: accel is not installed in"), done.stderr
+    assert done.stderr.startswith("accel: error: --from-ray: the accel Python package is not installed in"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    # The right install command: this project's wheel, never the unrelated PyPI `accel`.
+    assert "pip install dist/accel-*.whl" in done.stderr and "not `pip install accel`" in done.stderr, done.stderr
 
     env["ACCEL_PYTHON"] = str(tmp_path / "no-such-python")
     done = _run(accel_bin, "cluster", "build", "--from-ray", env=env)

@@ -109,3 +109,17 @@ def test_the_cli_gives_the_same_suggestions_with_exit_2(tmp_path, accel_bin):
     assert _cli("plan", "--cluster", str(cluster), "--request", str(req)).returncode == 1
     done = _cli("labels", "--sample", "dgx-h100", "--labels-file", str(tmp_path / "typo.txt"))
     assert done.returncode == 2 and "typo.txt" in done.stderr
+
+
+def test_a_bundle_index_out_of_range_names_the_valid_range(dgx):
+    from accel.ray import AccelPlacementGroup
+
+    placement = accel.plan(dgx, {"bundles": [{"count": 2}, {"count": 2}]})
+    apg = AccelPlacementGroup(None, placement, {})  # no Ray needed to ask for a bundle
+    for bad in (2, -1, "0"):
+        with pytest.raises(accel.InvalidRequest, match=r"bundles are 0 to 1") as e:
+            apg.devices(bad)
+        assert e.value.field == "bundle"
+    with pytest.raises(accel.InvalidRequest, match=r"no bundle 5"):
+        apg.options(5)
+    assert [d["label"] for d in apg.devices(1)] and apg.node(0)

@@ -95,15 +95,16 @@ def test_node_spec_and_visibility():
 
 
 def test_ray_counts_neuron_devices_in_cores():
-    # Ray counts Neuron devices in NeuronCores: a trn2.48xlarge has 16 devices of 8 cores each.
+    # Ray counts Neuron devices in logical NeuronCores: a trn2.48xlarge has 16 devices of 8
+    # physical cores, presented as 4 each by the runtime's default LNC=2 (the Neuron docs).
     trn2 = accel.sample("trn2")
     spec = aray.node_spec(trn2, "n0")
     resource = trn2["accelerators"][0]["vocabulary"]["ray_resource"]  # the plugin names it
-    assert spec["num_gpus"] == 0 and spec["resources"][resource] == 128
+    assert spec["num_gpus"] == 0 and spec["resources"][resource] == 64
     ids = [trn2["accelerators"][i]["id"] for i in (1, 3)]
     env = aray.visibility_env(trn2, ids)
     var = trn2["accelerators"][1]["vocabulary"]["visibility_env"]  # the plugin names it
-    assert env[var] == "8-15,24-31"
+    assert env[var] == "4-7,12-15"
     assert env[f"RAY_EXPERIMENTAL_NOSET_{var}"] == "1"
 
 

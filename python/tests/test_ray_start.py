@@ -1,12 +1,14 @@
 """Start-up as a new user meets it, with real processes and a real `ray start --head`:
 `python -m accel.ray start` runs this interpreter's Ray with the venv off PATH; `--temp-dir DIR`
 (space form) puts accel's files in Ray's real session directory under DIR; an agent that dies
-at once makes `start` fail with its log's last lines; `stop` leaves no agent, sidecar or Ray
-process; a sidecar exits when its cluster is gone; the agent marks a stale cluster view with
-its age by its own clock; bad input exits 2 with one line.
+at once makes `start` fail with its log's last lines; `stop` leaves no agent or sidecar and
+leaves Ray running (saying so), and runs `ray stop` only with `--ray`; a sidecar exits when its
+cluster is gone; the agent marks a stale cluster view with its age by its own clock; bad input
+exits 2 with one line.
 
 Each Ray here has its own temp dir (short: Ray's socket paths are limited to 107 bytes) and
-ports. `stop` runs `ray stop`, which stops every Ray on this machine, as Ray's own does."""
+ports, and the tests stop it by signalling the processes of that temp dir: `ray stop` would
+stop every Ray of this user on the machine, other sessions' too."""
 
 from __future__ import annotations
 
@@ -71,6 +73,20 @@ def _procs_mentioning(text: str) -> list[str]:
     return out
 
 
+def _stop_ray_in(d: pathlib.Path) -> None:
+    """Stops the Ray this test started in temp dir `d` (and only it): SIGTERM to the processes
+    of that dir, SIGKILL to what is left after 30 s."""
+    for sig, wait_s in ((15, 30.0), (9, 10.0)):
+        for line in _procs_mentioning(str(d)):
+            try:
+                os.kill(int(line.split()[0]), sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while _procs_mentioning(str(d)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
 def _wait(cond: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
@@ -91,11 +107,7 @@ def ray_dir() -> Iterator[pathlib.Path]:
     yield d
     if _procs_mentioning(str(d)):
         subprocess.run([PY, "-m", "accel.ray", "stop", "--temp-dir", str(d)], capture_output=True, timeout=120)
-    for line in _procs_mentioning(str(d)):
-        try:
-            os.kill(int(line.split()[0]), 9)
-        except OSError:
-            pass
+    _stop_ray_in(d)
 
 
 def _start(env: dict[str, str], ray_dir: pathlib.Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -155,7 +167,25 @@ def test_start_without_the_venv_on_path_then_stop_leaves_nothing(accel_bin: path
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     assert f"pid {agent_pid}" in stopped.stderr and f"pid {sidecar_pid}" in stopped.stderr, stopped.stderr
     assert not _pid_alive(agent_pid) and not _pid_alive(sidecar_pid)
-    _wait(lambda: not _procs_mentioning(str(ray_dir)), 30, f"left running: {_procs_mentioning(str(ray_dir))}")
+    # Only what accel started: Ray keeps running, and stop says how to stop it too.
+    assert "Ray keeps running" in stopped.stderr and "stop --ray" in stopped.stderr, stopped.stderr
+    assert any("raylet" in p or "gcs_server" in p for p in _procs_mentioning(str(ray_dir))), "stop stopped Ray"
+    _stop_ray_in(ray_dir)
+    assert not _procs_mentioning(str(ray_dir)), _procs_mentioning(str(ray_dir))
+
+
+def test_stop_runs_ray_stop_only_with_ray_and_says_what_it_stops(monkeypatch, capsys, tmp_path: pathlib.Path) -> None:
+    from accel.ray import _start
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(_start.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    assert _start.stop(["--temp-dir", str(tmp_path)]) == 0
+    assert calls == [] and "Ray keeps running" in capsys.readouterr().err
+    assert _start.stop(["--temp-dir", str(tmp_path), "--force"]) == 2, "ray stop's arguments need --ray"
+    assert "need --ray" in capsys.readouterr().err and calls == []
+    assert _start.stop(["--temp-dir", str(tmp_path), "--ray", "--force"]) == 0
+    assert calls == [[*_start.ray_cli(), "stop", "--force"]]
+    assert "every Ray process of this user on this machine" in capsys.readouterr().err
 
 
 def test_an_agent_that_dies_fails_start_and_a_sidecar_leaves_with_its_cluster(accel_bin: pathlib.Path, ray_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -182,8 +212,7 @@ def test_an_agent_that_dies_fails_start_and_a_sidecar_leaves_with_its_cluster(ac
     try:
         _wait(lambda: ready.exists() or sidecar.poll() is not None, 120, "the sidecar never finished a round")
         assert sidecar.poll() is None, log.read_text()
-        stopped = subprocess.run([PY, "-m", "accel.ray", "stop", "--temp-dir", str(ray_dir)], env=env, capture_output=True, text=True, timeout=120)
-        assert stopped.returncode == 0, stopped.stderr[-3000:]
+        _stop_ray_in(ray_dir)
         # Its own check, within seconds (Ray's client alone would end it only after a minute).
         _wait(lambda: sidecar.poll() is not None, 20, "the sidecar outlived its cluster")
         assert "is gone; exiting" in log.read_text(), log.read_text()[-2000:]

@@ -196,6 +196,26 @@ def test_layout_mistakes_name_the_tensor_and_rank():
         W.plan(ok, W.Layout({"v": ((4, 4), "bf16")}, [{"v": ()}]))
 
 
+def test_layout_arguments_name_the_valid_range_and_the_nearest_name():
+    # accel's own error (also a ValueError), never a bare IndexError or a silently ignored typo.
+    model = {"w1": ((64, 256), "f32"), "w2": ((256, 16), "f32")}
+    with pytest.raises(W.LayoutError, match=r"dim 5 is out of range \(valid: 0 to 1, or -2 to -1 from the end\)"):
+        W.Layout.sharded(model, ranks=4, dim=5)
+    with pytest.raises(ValueError, match="'w1' has 2 dimension"):
+        W.Layout.sharded(model, ranks=4, dim={"w1": -3})
+    assert W.Layout.sharded(model, ranks=4, dim=-1).ranks[1]["w1"] == ((0, 64), (64, 128))
+    with pytest.raises(W.LayoutError, match=r"dim names 'w3'.*did you mean 'w1'\?.*tensors: w1, w2"):
+        W.Layout.sharded(model, ranks=4, dim={"w3": 1})
+    with pytest.raises(W.LayoutError, match=r"unknown dtype 'f61'; did you mean 'f16'\?"):
+        W.Layout.sharded(model, ranks=2).with_dtypes("f61")
+    with pytest.raises(W.LayoutError, match=r"with_dtypes names 'W1'.*; did you mean 'w1'\?"):
+        W.Layout.sharded(model, ranks=2).with_dtypes({"W1": "f16"})
+    with pytest.raises(W.LayoutError, match=r"placements names 'w'.*; did you mean"):
+        W.Layout.from_placements(model, (2,), {"w": ["S(0)"]})
+    with pytest.raises(W.LayoutError, match="must be an integer"):
+        W.Layout.sharded(model, ranks=2, dim="rows")  # type: ignore[arg-type]
+
+
 def test_placements_follow_dtensor_chunking():
     t = {"w": ((10, 6), "f32"), "v": ((5,), "f32")}
     # A 2x2 mesh: w sharded on dim 0 by mesh dim 0, then dim 1 by mesh dim 1; v split on both.

@@ -88,7 +88,7 @@ fn gb200_sample_renders_every_family_with_device_labels() {
     let (machine, readers) = gb200();
     let s: Sample = readers.sample();
     assert_eq!(s.readings.devices.len(), 4);
-    assert_eq!(s.readings.links.len(), 32);
+    assert_eq!(s.readings.links.len(), 4 * 18, "NV18: every GPU's 18 links, as the model has them");
     let text = accel_agent::metrics::render(&machine, &s);
     let line = |prefix: &str| -> String {
         text.lines()
@@ -104,7 +104,8 @@ fn gb200_sample_renders_every_family_with_device_labels() {
         assert!(power.contains(label), "{label} missing: {power}");
     }
     let limit = line("accel_hw_gpu_memory_limit_bytes{");
-    assert_eq!(limit.rsplit(' ').next().unwrap().parse::<f64>().unwrap(), (81559u64 * 1024 * 1024) as f64, "{limit}");
+    let model = machine.accelerators[0].memory_bytes.unwrap();
+    assert_eq!(limit.rsplit(' ').next().unwrap().parse::<f64>().unwrap(), model as f64, "{limit}");
     assert!(line("accel_hw_temperature_celsius{").ends_with(" 33.0"));
     assert!(
         line("accel_hw_gpu_clock_hertz{").contains(r#"clock="memory""#)

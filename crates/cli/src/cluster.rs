@@ -71,7 +71,9 @@ pub struct ClusterArgs {
     /// Put every N consecutive nodes in one rack (label `rack=r<k>`).
     #[arg(long, value_name = "N")]
     pub rack_size: Option<usize>,
-    /// Trays per NVLink clique for samples with an `nvlink_clique` domain (NVL72: 18 trays).
+    /// Nodes per multi-node scale-up domain for samples whose own data does not say how many
+    /// share one (an `nvlink_clique`: 18 NVL72 trays). A node-local domain (an xGMI hive, a
+    /// one-host TPU slice) is always each node's own.
     #[arg(long, value_name = "N", default_value_t = 18)]
     pub clique_trays: usize,
     /// The fabric's switch tiers: a Slurm `topology.conf` (tree or block) or accel's topology
@@ -153,11 +155,6 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
-fn sample_machine(name: &str) -> Result<Machine> {
-    accel_discover::samples::machine(name)
-        .with_context(|| format!("no sample named {name:?}; `accel samples` lists them"))
-}
-
 /// Builds a cluster of sample machines; nodes are named `<sample>-<k>`.
 pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
     let mut cluster = Cluster::default();
@@ -167,7 +164,7 @@ pub fn build_cluster(args: &ClusterArgs) -> Result<Cluster> {
             Some((n, c)) => (n, c.parse::<usize>().with_context(|| format!("bad count in {part:?}"))?),
             None => (part, 1),
         };
-        cluster.add_nodes(name, sample_machine(name)?, count, args.clique_trays);
+        cluster.add_nodes(name, crate::source::sample_machine(name)?, count, args.clique_trays);
     }
     if cluster.nodes.is_empty() {
         bail!("--sample names no nodes");
@@ -543,8 +540,11 @@ fn from_ray(address: Option<&str>) -> Result<Vec<Found>> {
     })?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        if err.contains("No module named 'accel'") || err.contains("No module named accel") {
-            bail!("--from-ray: accel is not installed in {python} (pip install accel there, or set ACCEL_PYTHON)");
+        if err.contains(crate::python::NOT_INSTALLED) {
+            bail!(
+                "--from-ray: the accel Python package is not installed in {python}: {}",
+                crate::python::INSTALL_PYTHON_PACKAGE
+            );
         }
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no error message");
         bail!("--from-ray: {python} -m accel.ray cluster-json failed: {}", last.trim());

@@ -12,16 +12,21 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Checks (per plugin, on every capture holding its devices):\n  discover  schema, determinism, dense indices, devices in the PCI tree, SKU identified or\n            warned, robustness (mutated captures, empty and garbage roots: bounded, no panic)\n  topology  link ends and symmetry, path-matrix symmetry, link bandwidth from SKU data\n  isolate   the `isolate` answer matches each device's isolation values; labels and resources\n  metrics   `metrics` and `health` answers (when provided) match the schemas and the devices\n\nTiers per capability: T3 passes on captures; T2 also on a real capture whose README records its\nsource; T1 also with --live on real hardware (the environment fingerprint is attached).\n\nExit status: 0 every check passes, 1 a check fails, 2 bad arguments."
+    after_help = "Checks (per plugin, on every capture holding its devices):\n  discover  schema, determinism, dense indices, devices in the PCI tree, SKU identified or\n            warned, robustness (mutated captures, empty and garbage roots: bounded, no panic)\n  topology  link ends and symmetry, path-matrix symmetry, link bandwidth from SKU data\n  isolate   the `isolate` answer matches each device's isolation values; labels and resources\n  metrics   `metrics` and `health` answers (when provided) match the schemas and the devices\n\nTiers per capability: T3 passes on captures; T2 also on a real capture whose README records its\nsource; T1 also with --live on real hardware (the environment fingerprint is attached).\n\nExit status:\n  0  every check passes\n  1  a check fails\n  2  invalid input or usage (bad arguments, an unknown plugin, an unreadable capture)"
 )]
 pub struct ConformanceArgs {
     /// Grade only this plugin (built-in id or external name); may be repeated.
     #[arg(long = "plugin", value_name = "NAME")]
     pub plugins: Vec<String>,
-    /// A capture to run on besides the embedded samples: a captured root (with sys/), a
-    /// capture.bundle, or a directory holding one. May be repeated.
+    /// Run on this capture (a captured root with sys/, a capture.bundle, or a directory holding
+    /// one) instead of the embedded samples; may be repeated. Without --capture the suite runs
+    /// on every embedded sample.
     #[arg(long = "capture", value_name = "DIR")]
     pub captures: Vec<PathBuf>,
+    /// Also run on every embedded sample when --capture is given (the docs/maturity.md page
+    /// grades every plugin on all of them).
+    #[arg(long)]
+    pub samples: bool,
     /// Also run on this machine (counts toward T1 when the plugin's devices are present).
     #[arg(long)]
     pub live: bool,
@@ -48,10 +53,19 @@ pub fn run(args: &ConformanceArgs, out: &mut impl Write) -> Result<bool> {
     let external: Vec<&str> = plugins.iter().map(|p| p.id()).filter(|id| !builtin.contains(id)).collect();
     for name in &args.plugins {
         if !plugins.iter().any(|p| p.id() == name) {
-            bail!("no plugin named {name:?} (built-in: {}; external: {})", builtin.join(", "), external.join(", "));
+            let hint = accel_model::suggest(name, plugins.iter().map(|p| p.id()))
+                .map(|s| format!("; did you mean {s:?}?"))
+                .unwrap_or_default();
+            let place = "an external plugin is an executable accel-plugin-NAME in ACCEL_PLUGIN_DIR or on PATH";
+            bail!(
+                "no plugin named {name:?}{hint} (built-in: {}; external: {}; {place})",
+                builtin.join(", "),
+                if external.is_empty() { "none found".to_owned() } else { external.join(", ") }
+            );
         }
     }
-    let mut captures = conformance::captures(&args.captures, &registry).map_err(anyhow::Error::msg)?;
+    let samples = args.samples || args.captures.is_empty();
+    let mut captures = conformance::captures(&args.captures, samples, &registry).map_err(anyhow::Error::msg)?;
     let mut fingerprint = None;
     if args.live {
         let options = OpenOptions { registry: registry.clone(), env, ..OpenOptions::default() };

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 #[derive(Debug, Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    after_help = "Every field names its source (a file, dpkg, a vendor library, the environment), or says it is unknown.\n\nExamples:\n  accel env --json > a.json          this machine's fingerprint\n  accel env diff a.json b.json       what differs (exit 0: nothing, 1: something, 2: bad input)"
+    after_help = "Every field names its source (a file, dpkg, a vendor library, the environment), or says it is unknown.\n\nExamples:\n  accel env --json > a.json          this machine's fingerprint\n  accel env diff a.json b.json       what differs\n\nExit status:\n  0  success (`env diff`: the two fingerprints are the same)\n  1  `env diff`: something differs\n  2  invalid input or usage (bad arguments, an unreadable or malformed file, an unknown sample)"
 )]
 pub struct EnvArgs {
     #[command(subcommand)]
@@ -26,6 +26,9 @@ pub struct EnvArgs {
 #[derive(Debug, Subcommand)]
 pub enum EnvCommand {
     /// Compare two fingerprints (`accel env --json` output, or a conformance report embedding one).
+    #[command(
+        after_help = "Exit status:\n  0  the two fingerprints are the same\n  1  something differs (each difference is printed)\n  2  invalid input or usage (bad arguments, an unreadable or malformed file)"
+    )]
     Diff {
         #[arg(value_name = "A.json")]
         a: PathBuf,

@@ -1,11 +1,12 @@
-//! `accel import hwloc FILE.xml`: another tool's record of a machine turned into a capture
-//! bundle that accel reads like any root (`accel topo --root BUNDLE`).
+//! `accel import hwloc FILE.xml` and `accel import nccl FILE.xml`: another tool's record of a
+//! machine turned into a capture bundle that accel reads like any root (`accel topo --root
+//! BUNDLE`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use accel_discover::{default_plugins, discover, osdevs, Host};
+use accel_discover::{default_plugins, discover, Host};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
@@ -25,11 +26,26 @@ pub enum ImportCommand {
         after_help = "Examples:\n  lstopo --of xml --whole-io machine.xml\n  accel import hwloc machine.xml -o machine.bundle\n  accel topo --root machine.bundle\n  accel import hwloc machine.xml > machine.bundle"
     )]
     Hwloc(HwlocArgs),
+    /// An NCCL or RCCL topology file (what `NCCL_TOPO_DUMP_FILE=FILE` writes, or an
+    /// `NCCL_TOPO_FILE` input such as a cloud's) as a capture bundle.
+    ///
+    /// The bundle holds the NUMA nodes (from each `<cpu numaid affinity>`), the PCI tree (bus ids,
+    /// ids and class where written, link speed and width as the maximum NCCL read, locality from
+    /// the enclosing CPU), the NICs (an RDMA device where NCCL recorded a port GUID, else a
+    /// netdev, with its speed) and, in `/accel/hwloc-osdevs.json`, each GPU's record (`dev`,
+    /// `sm`, `rank`, RCCL's `gcn`) and link elements (`<nvlink>`, `<xgmi>`, `<c2c>`) for the
+    /// families to read. What the file does not say is not invented: a class-only entry gets no
+    /// vendor, a GPU no SKU; each is a warning. A malformed or truncated file is one error
+    /// naming the line (exit status 2).
+    #[command(
+        after_help = "Examples:\n  NCCL_TOPO_DUMP_FILE=system.xml all_reduce_perf -g 8   # any NCCL program\n  accel import nccl system.xml -o machine.bundle\n  accel topo --root machine.bundle"
+    )]
+    Nccl(HwlocArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct HwlocArgs {
-    /// The hwloc XML file.
+    /// The XML file.
     #[arg(value_name = "FILE.xml")]
     file: PathBuf,
     /// Write the bundle to this file (through a temporary file and a rename) instead of stdout.
@@ -38,29 +54,36 @@ pub struct HwlocArgs {
 }
 
 pub fn run(command: ImportCommand, out: &mut impl Write) -> Result<()> {
-    let ImportCommand::Hwloc(args) = command;
-    let limit = accel_hwloc::MAX_XML_BYTES as u64;
-    let bytes = accel_discover::fs::read_regular(&args.file, limit)
+    let (args, limit) = match &command {
+        ImportCommand::Hwloc(a) => (a, accel_hwloc::MAX_XML_BYTES),
+        ImportCommand::Nccl(a) => (a, accel_nccl::MAX_XML_BYTES),
+    };
+    let bytes = accel_discover::fs::read_regular(&args.file, limit as u64)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let import = accel_hwloc::import(&bytes).with_context(|| format!("cannot import {}", args.file.display()))?;
-    for w in &import.warnings {
+    let cannot = || format!("cannot import {}", args.file.display());
+    let (tree, warnings, what, summary) = match &command {
+        ImportCommand::Hwloc(_) => {
+            let i = accel_hwloc::import(&bytes).with_context(cannot)?;
+            (i.tree, i.warnings, format!("hwloc XML {}", i.version), i.summary.to_string())
+        }
+        ImportCommand::Nccl(_) => {
+            let i = accel_nccl::import(&bytes).with_context(cannot)?;
+            (i.tree, i.warnings, format!("NCCL topology XML {}", i.version), i.summary.to_string())
+        }
+    };
+    for w in &warnings {
         eprintln!("accel: warning: {w}");
     }
-    // Discover the result once, so a device hwloc saw that no plugin identifies is named now.
-    let tree = Arc::new(import.tree);
+    // Discover the result once, so a device the tool saw that no plugin identifies is named now.
+    let tree = Arc::new(tree);
     let host = Host::in_memory(tree.clone(), accel_model::SkuRegistry::builtin());
-    let mut machine = discover(&host, &default_plugins());
-    osdevs::annotate(&host, &mut machine);
+    // Discovery reads the OS-device file too (`osdevs::annotate`), so its warnings are here.
+    let machine = discover(&host, &default_plugins());
     for w in &machine.warnings {
         eprintln!("accel: warning: {w}");
     }
     let bundle = tree.to_bundle();
-    let report = format!(
-        "imported hwloc XML {} ({}; {} accelerators found)",
-        import.version,
-        import.summary,
-        machine.accelerators.len()
-    );
+    let report = format!("imported {what} ({summary}; {} accelerators found)", machine.accelerators.len());
     match &args.output {
         Some(path) => {
             write_atomic(path, &bundle)?;

@@ -29,8 +29,9 @@ pub fn run(args: LabArgs) -> Result<()> {
     let err = crate::python::module(&python, "accel.lab").args(&args.args).exec();
     Err(err).with_context(|| {
         format!(
-            "cannot run `{} -m accel.lab` (set ACCEL_PYTHON to a Python with the accel package installed)",
-            python.to_string_lossy()
+            "cannot run {} for `accel lab` (set ACCEL_PYTHON to a Python with the accel package: {})",
+            python.to_string_lossy(),
+            crate::python::INSTALL_PYTHON_PACKAGE
         )
     })
 }

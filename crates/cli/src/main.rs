@@ -80,7 +80,8 @@ enum Command {
     },
     /// Run the node agent: HTTP API, accelerator and link metrics, and the cluster dashboard.
     Agent(agent::AgentArgs),
-    /// Import another tool's record of a machine as a capture bundle: `import hwloc FILE.xml`.
+    /// Import another tool's record of a machine as a capture bundle: `import hwloc FILE.xml`,
+    /// `import nccl FILE.xml`.
     Import {
         #[command(subcommand)]
         command: import::ImportCommand,
@@ -281,7 +282,7 @@ fn capture_provenance(
 ) -> Result<Option<accel_discover::provenance::Provenance>> {
     use accel_discover::provenance::{Provenance, FILE};
     if let Some(name) = &source.sample {
-        let p = accel_discover::samples::provenance(name).with_context(|| format!("no sample named {name:?}"))?;
+        let p = accel_discover::samples::provenance(name).with_context(|| accel_discover::samples::unknown(name))?;
         return Ok(Some(p.with_context(|| format!("sample {name}: provenance.toml"))?));
     }
     if source.root == std::path::Path::new("/") {

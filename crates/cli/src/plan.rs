@@ -53,11 +53,6 @@ pub struct BenchPlanArgs {
     pub json: bool,
 }
 
-fn sample_machine(name: &str) -> Result<Machine> {
-    accel_discover::samples::machine(name)
-        .with_context(|| format!("no sample named {name:?}; `accel samples` lists them"))
-}
-
 /// Reads a fabric topology (Slurm `topology.conf`, or accel's JSON when the name ends in
 /// `.json`) and writes its tiers onto the cluster's nodes; warnings go to stderr.
 pub(crate) fn apply_topology(cluster: &mut Cluster, path: &PathBuf) -> Result<()> {
@@ -103,17 +98,21 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> Result<()> {
     match planner.plan(&request) {
         Ok(placement) => {
             let envs = bundle_envs(&cluster, &placement)?;
+            let declared = declared_links(&cluster, &placement)?;
             if args.json {
                 let mut value = serde_json::to_value(&placement)?;
                 if let Some(bundles) = value.get_mut("bundles").and_then(serde_json::Value::as_array_mut) {
-                    for (b, env) in bundles.iter_mut().zip(&envs) {
+                    for ((b, env), declared) in bundles.iter_mut().zip(&envs).zip(&declared) {
                         b["env"] = json!(env);
+                        if !declared.is_empty() {
+                            b["declared_links"] = json!(declared);
+                        }
                     }
                 }
                 serde_json::to_writer_pretty(&mut *out, &value)?;
                 writeln!(out)?;
             } else {
-                out.write_all(render(&placement, &envs).as_bytes())?;
+                out.write_all(render(&placement, &envs, &declared).as_bytes())?;
             }
             Ok(())
         }
@@ -151,8 +150,28 @@ fn bundle_envs(cluster: &Cluster, placement: &Placement) -> Result<Vec<std::coll
     Ok(envs)
 }
 
-/// The placement, a line per bundle and its environment below it.
-pub fn render(p: &Placement, envs: &[std::collections::BTreeMap<String, String>]) -> String {
+/// Per bundle, where the scale-up links between its devices were declared by design rather than
+/// observed (`Link::origin`), their sources: a placement that rests on them says so.
+fn declared_links(cluster: &Cluster, placement: &Placement) -> Result<Vec<Vec<String>>> {
+    let mut out = Vec::new();
+    for b in &placement.bundles {
+        let node = cluster.nodes.iter().find(|n| n.name == b.node).context("a placed node is not in the cluster")?;
+        let machine = cluster.machine(node)?;
+        let ids: Vec<&str> = b.devices.iter().map(|d| d.id.as_str()).collect();
+        let mut sources: Vec<String> = machine
+            .links
+            .iter()
+            .filter(|l| l.is_declared() && ids.contains(&l.a.as_str()) && ids.contains(&l.b.as_str()))
+            .map(|l| l.source.clone().unwrap_or_else(|| "the SKU registry".into()))
+            .collect();
+        sources.dedup();
+        out.push(sources);
+    }
+    Ok(out)
+}
+
+/// The placement, a line per bundle, its environment, and the declared links it rests on.
+pub fn render(p: &Placement, envs: &[std::collections::BTreeMap<String, String>], declared: &[Vec<String>]) -> String {
     let mut s = String::new();
     for (i, b) in p.bundles.iter().enumerate() {
         let devs: Vec<&str> = b.devices.iter().map(|d| d.label.as_str()).collect();
@@ -176,6 +195,9 @@ pub fn render(p: &Placement, envs: &[std::collections::BTreeMap<String, String>]
         if let Some(env) = envs.get(i).filter(|e| !e.is_empty()) {
             let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
             s += &format!("  env: {}\n", vars.join(" "));
+        }
+        for source in declared.get(i).into_iter().flatten() {
+            s += &format!("  links: declared by design, not observed ({source})\n");
         }
     }
     s += &format!("total score {:.1}\n", p.score);
@@ -207,7 +229,7 @@ const MIX: &[(&str, usize)] = &[
 fn bench_cluster(nodes: usize) -> Result<Cluster> {
     let mut cluster = Cluster::default();
     for (name, _) in MIX {
-        cluster.machines.insert((*name).to_owned(), sample_machine(name)?);
+        cluster.machines.insert((*name).to_owned(), crate::source::sample_machine(name)?);
     }
     let total: usize = MIX.iter().map(|(_, w)| w).sum();
     let mut rng = Rng::new(0x5eed_acce_1000_0001);
@@ -232,8 +254,10 @@ fn bench_cluster(nodes: usize) -> Result<Cluster> {
             let short = tier.rsplit('/').next().unwrap_or(tier);
             labels.insert((*tier).to_owned(), format!("{short}{}", i / size));
         }
-        // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack.
-        for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(|d| d.scale_up) {
+        // A machine whose scale-up domain spans nodes (an NVL72 tray) shares it with its rack;
+        // a node-local one (an xGMI hive) stays each node's own.
+        let shared = |d: &&accel_model::Domain| d.scale_up && !d.node_local();
+        for d in cluster.machines.get(name).into_iter().flat_map(|m| &m.domains).filter(shared) {
             labels.insert(d.kind.as_str().to_owned(), format!("{}-{}", d.kind.as_str(), i / 32));
         }
         cluster.nodes.push(ClusterNode {
@@ -311,7 +335,7 @@ fn first_fit(planner: &Planner, cluster: &Cluster, count: usize) -> Option<(Stri
 /// against first fit, by score and minimum pairwise bandwidth.
 fn against_first_fit() -> Result<serde_json::Value> {
     let names = ["rtx-pro-6000-server", "mi210-2hive", "dgx-h100", "mi300x", "hgx-b200"];
-    let machines: Vec<Machine> = names.iter().map(|n| sample_machine(n)).collect::<Result<_>>()?;
+    let machines: Vec<Machine> = names.iter().map(|n| crate::source::sample_machine(n)).collect::<Result<_>>()?;
     let mut rng = Rng::new(42);
     let (mut ours_score, mut ff_score, mut ours_min, mut ff_min) = (0.0, 0.0, 0.0, 0.0);
     let (mut better_or_equal, mut cases) = (0usize, 0usize);

@@ -42,6 +42,11 @@ pub(crate) fn registry(args: &RegistryArgs) -> Result<SkuRegistry> {
     load_registry(dir.as_deref(), &args.sku_files).context("loading the SKU registry")
 }
 
+/// An embedded sample's machine, or the error naming the nearest sample.
+pub(crate) fn sample_machine(name: &str) -> Result<Machine> {
+    accel_discover::samples::machine(name).with_context(|| accel_discover::samples::unknown(name))
+}
+
 pub(crate) fn discover_machine(args: &SourceArgs) -> Result<Machine> {
     Ok(accel_discover::discover_all(&make_host(args)?, &exec_options()))
 }

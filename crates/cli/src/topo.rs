@@ -96,7 +96,15 @@ pub fn summary(machine: &Machine) -> String {
     if !machine.links.is_empty() {
         let _ = writeln!(s, "Scale-up links ({}):", machine.links.len());
         for link in &machine.links {
-            let _ = writeln!(s, "  {} <-> {}  {} x{}", link.a, link.b, link.kind, link.count);
+            let gbps = link.gbps.map(|g| format!(" {g} GB/s")).unwrap_or_default();
+            let hops = link.hops.map(|h| format!(" {h} hop{}", if h == 1 { "" } else { "s" })).unwrap_or_default();
+            let from = match (link.origin, &link.source) {
+                (accel_model::LinkOrigin::Declared, Some(src)) => format!("  declared by design: {src}"),
+                (accel_model::LinkOrigin::Declared, None) => "  declared by design".to_owned(),
+                (_, Some(src)) => format!("  observed ({src})"),
+                (_, None) => String::new(),
+            };
+            let _ = writeln!(s, "  {} <-> {}  {} x{}{gbps}{hops}{from}", link.a, link.b, link.kind, link.count);
         }
         s.push('\n');
     }
@@ -169,7 +177,11 @@ fn header(machine: &Machine, s: &mut String) {
 fn numa(machine: &Machine, s: &mut String) {
     let _ = writeln!(s, "NUMA nodes ({}):", machine.numa_nodes.len());
     for node in &machine.numa_nodes {
-        let cpus = if node.cpus.is_empty() { "(memory only)".to_owned() } else { format!("cpus {}", node.cpus) };
+        let cpus = match (&node.memory_of, node.cpus.is_empty()) {
+            (Some(owner), _) => format!("(memory of {owner})"),
+            (None, true) => "(memory only)".to_owned(),
+            (None, false) => format!("cpus {}", node.cpus),
+        };
         let mem = node.memory_bytes.map(|b| format!("  memory {}", bytes(b))).unwrap_or_default();
         let dist = if node.distances.is_empty() {
             String::new()
@@ -264,6 +276,11 @@ fn matrix(machine: &Machine, s: &mut String) {
     // Wide enough for every label and every class (`XGMI1`, `ROCE21`), plus a separating space.
     let widest_class = json.matrix.iter().flatten().map(|c| c.to_string().len()).max().unwrap_or(0);
     let width = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(4).max(widest_class) + 1;
+    let declared: BTreeSet<(&str, &str)> =
+        machine.links.iter().filter(|l| l.is_declared()).map(|l| (l.a.as_str(), l.b.as_str())).collect();
+    let is_declared = |a: &str, b: &str| declared.contains(&(a, b)) || declared.contains(&(b, a));
+    // One more column for the `*` of a declared link.
+    let width = if declared.is_empty() { width } else { width + 1 };
     let _ = write!(s, "{:width$}", "");
     for label in &labels {
         let _ = write!(s, "{label:>width$}");
@@ -271,8 +288,9 @@ fn matrix(machine: &Machine, s: &mut String) {
     let _ = writeln!(s, "  {:<20}NUMA Affinity", "CPU Affinity");
     for (row, endpoint) in json.matrix.iter().zip(&json.endpoints) {
         let _ = write!(s, "{:width$}", endpoint.label);
-        for class in row {
-            let _ = write!(s, "{:>width$}", class.to_string());
+        for (class, other) in row.iter().zip(&json.endpoints) {
+            let mark = if is_declared(&endpoint.id, &other.id) { "*" } else { "" };
+            let _ = write!(s, "{:>width$}", format!("{class}{mark}"));
         }
         let cpus = endpoint.cpu_affinity.as_ref().map_or_else(|| "N/A".to_owned(), CpuSet::to_string);
         let numa = endpoint.numa_affinity.map_or_else(|| "N/A".to_owned(), |n| n.to_string());
@@ -299,8 +317,15 @@ fn matrix(machine: &Machine, s: &mut String) {
 }
 
 /// One legend line per matrix tag of the machine's links (`NV# = NVLink (direct); NVLink through
-/// NVSwitch, # bonded links`), from the link kinds their plugins declared.
+/// NVSwitch, # bonded links`), from the link kinds their plugins declared; and, where links were
+/// declared by design rather than observed, the line that says so and where they come from.
 fn link_legend(machine: &Machine, s: &mut String) {
+    let mut declared: Vec<&str> =
+        machine.links.iter().filter(|l| l.is_declared()).map(|l| l.source.as_deref().unwrap_or("registry")).collect();
+    declared.dedup();
+    for source in declared {
+        let _ = writeln!(s, "  *    = declared by design, not observed ({source})");
+    }
     let mut kinds: Vec<accel_model::LinkKind> = machine.links.iter().map(|l| l.kind).collect();
     kinds.sort();
     kinds.dedup();

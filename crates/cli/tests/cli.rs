@@ -66,50 +66,62 @@ fn skus_lists_the_registry_with_sources() {
     assert!(text.contains("nvidia-h100-sxm") && text.contains("SKUs."));
 }
 
-/// A vendor's SKU file dropped into ACCEL_SKU_DIR turns an unknown device into a known one,
-/// without a rebuild; without it the device is still reported, with its raw ids and a warning.
+/// A vendor's SKU file dropped into ACCEL_SKU_DIR turns an unclaimed co-processor into a known
+/// accelerator, without a rebuild; without it the function stays what it is, an offload function
+/// in the PCI tree and the attributes, with no accelerator, resource or label. (hwloc's capture
+/// of a Xeon host with a Xeon Phi coprocessor, 8086:225c, class 0x0b40.)
 #[test]
 fn sku_dir_teaches_new_hardware() {
-    let root = accel_testdata::root("hwloc-2p8co2t-8ve");
+    let root = accel_testdata::hwloc_linux_root("32em64t-2n8c+dax+nvme+mic+dimms");
     let root = root.to_str().unwrap();
     let before: serde_json::Value =
         serde_json::from_str(&stdout(&accel(&["discover", "--root", root, "--json"], None))).unwrap();
-    let accs = before["accelerators"].as_array().unwrap();
-    assert_eq!(accs.len(), 8);
-    assert_eq!(accs[0]["product"], "unknown device 1bcf:001c");
-    assert_eq!(accs[0]["pci_vendor"], "0x1bcf");
-    assert!(before["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|w| w["message"].as_str().unwrap().contains("unknown accelerator 1bcf:001c")));
+    assert!(before["accelerators"].as_array().unwrap().is_empty());
+    assert!(before["pci"].as_array().unwrap().iter().any(|n| n["id"] == "0000:83:00.0" && n["class"] == "0x0b4000"));
+    let offload = before["attributes"]["offload.0000:83:00.0"].as_str().unwrap();
+    assert!(offload.starts_with("Co-Processor 8086:225c"), "{offload}");
+    let labels = stdout(&accel(&["labels", "--root", root], None));
+    assert!(!labels.contains("accelerator-count"), "{labels}");
+    // No Ray resource, and no DRA device either.
+    let ray = stdout(&accel(&["labels", "--root", root, "--format", "ray"], None));
+    assert!(!ray.contains("accel_dev_"), "{ray}");
+    let cluster_dir = tempdir("sku-dir-cluster");
+    let cluster = cluster_dir.join("cluster.json");
+    let built = accel(&["cluster", "build", &format!("mic={root}"), "-o", cluster.to_str().unwrap()], None);
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let dra = accel(&["export", "dra", "--cluster", cluster.to_str().unwrap()], None);
+    assert!(
+        !String::from_utf8_lossy(&dra.stdout).contains("ResourceSlice"),
+        "{}",
+        String::from_utf8_lossy(&dra.stdout)
+    );
 
     let dir = tempdir("sku-dir");
     std::fs::write(
-        dir.join("nec.toml"),
+        dir.join("phi.toml"),
         r#"
 [[sku]]
-id = "nec-sx-aurora-ve-type10"
-vendor = "nec"
-product = "NEC SX-Aurora TSUBASA Vector Engine"
-family = "sx-aurora"
-memory_bytes = 51539607552
-sources = ["https://www.nec.com/en/global/solutions/hpc/sx/vector_engine.html"]
+id = "intel-xeon-phi-coprocessor"
+vendor = "intel"
+product = "Intel Xeon Phi Coprocessor"
+family = "knights-corner"
+memory_bytes = 8589934592
+sources = ["https://github.com/pciutils/pciids/blob/master/pci.ids"]
 [[sku.pci]]
-vendor = 0x1bcf
-device = 0x001c
+vendor = 0x8086
+device = 0x225c
 "#,
     )
     .unwrap();
     let after: serde_json::Value =
         serde_json::from_str(&stdout(&accel(&["discover", "--root", root, "--json"], Some(&dir)))).unwrap();
     let acc = &after["accelerators"][0];
-    assert_eq!(acc["product"], "NEC SX-Aurora TSUBASA Vector Engine");
-    assert_eq!(acc["sku"], "nec-sx-aurora-ve-type10");
-    assert_eq!(acc["memory_bytes"], 51539607552u64);
-    assert!(after["warnings"].as_array().unwrap().is_empty(), "{}", after["warnings"]);
+    assert_eq!(acc["product"], "Intel Xeon Phi Coprocessor");
+    assert_eq!(acc["sku"], "intel-xeon-phi-coprocessor");
+    assert_eq!(acc["memory_bytes"], 8589934592u64);
+    assert!(after["attributes"].get("offload.0000:83:00.0").is_none());
     let skus = stdout(&accel(&["skus"], Some(&dir)));
-    assert!(skus.contains("nec-sx-aurora-ve-type10"));
+    assert!(skus.contains("intel-xeon-phi-coprocessor"));
 }
 
 /// A user SKU file reaches every consumer: discovery resolves its dtypes onto the devices, the
@@ -147,14 +159,15 @@ device = 0x001c
         std::fs::write(&cluster, serde_json::json!({"nodes": [{"name": "n0", "machine": machine}]}).to_string())
             .unwrap();
         let request = dir.join("request.json");
-        std::fs::write(&request, r#"{"bundles": [{"count": 2, "dtypes": ["fp64"]}]}"#).unwrap();
+        std::fs::write(&request, r#"{"bundles": [{"count": 2, "dtypes": ["bf16"]}]}"#).unwrap();
         accel(&["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap(), "--json"], None)
     };
     let with = discover(&["--sku-file", sku]);
     assert_eq!(with["accelerators"][0]["dtypes"], serde_json::json!(["fp64", "fp32", "bf16"]));
     let placed: serde_json::Value = serde_json::from_str(&stdout(&plan(with))).unwrap();
     assert_eq!(placed["bundles"][0]["devices"].as_array().unwrap().len(), 2, "{placed}");
-    // Without the file the devices have no dtypes, and the same request cannot be met.
+    // Without the file the devices have the built-in entry's dtypes (no bf16), and the same
+    // request cannot be met.
     assert!(!plan(discover(&[])).status.success());
     let labels = stdout(&accel(&["labels", "--sample", "hwloc-2p8co2t-8ve", "--sku-file", sku], None));
     assert!(labels.contains("accel.io/accelerator-type=NEC-VE-20"), "{labels}");

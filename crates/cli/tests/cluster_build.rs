@@ -428,3 +428,59 @@ fn an_agent_over_tls_is_read_with_its_ca_and_a_plain_network_bind_is_refused() {
     let url = format!("https://127.0.0.1:{}", wide.addr.port());
     ok(accel(&["cluster", "build", "--from-agent", &url, "--token-file", s(&token_file), "--ca-file", s(&ca)]));
 }
+
+#[test]
+fn the_five_aws_captures_place_eight_gpu_scale_up_bundles_on_declared_links() {
+    // The real EC2 hwloc XMLs were taken without NVML: no link evidence. p5en, p6-b200 and
+    // p6-b300 are NVSwitch boards by design (the SKU registry's systems), so their links are
+    // declared, and an 8-GPU scale-up bundle fits each; the placement says the links are
+    // declared, not observed.
+    let dir = accel_testdata::TempDir::new("cli-cluster-build-aws");
+    let names = [
+        "aws-p4d-24xlarge",
+        "aws-p5en-48xlarge",
+        "aws-p6-b200-48xlarge",
+        "aws-p6-b300-48xlarge",
+        "aws-p6e-gb200-36xlarge",
+    ];
+    let mut args = vec!["cluster".to_owned(), "build".to_owned()];
+    for name in names {
+        let path = capture(&dir, name, name);
+        args.push(format!("{name}={}", s(&path)));
+    }
+    let cluster = dir.join("cluster.json");
+    args.extend(["-o".to_owned(), s(&cluster).to_owned()]);
+    ok(accel(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cluster).unwrap()).unwrap();
+    let p5en_links = value["machines"]["aws-p5en-48xlarge"]["links"].as_array().unwrap();
+    assert_eq!(p5en_links.len(), 28);
+    assert!(p5en_links.iter().all(|l| l["origin"] == "declared" && l["kind"] == "nvswitch" && l["count"] == 18));
+
+    // `accel topo` marks them and names their source.
+    let topo = ok(accel(&["topo", "--sample", "aws-p5en-48xlarge"]));
+    assert!(topo.contains("NV18*") && topo.contains("declared by design, not observed (builtin:aws.toml"), "{topo}");
+    let request = dir.join("request.json");
+    for (node, sku) in [
+        ("aws-p5en-48xlarge", "nvidia-h200-sxm"),
+        ("aws-p6-b200-48xlarge", "nvidia-b200"),
+        ("aws-p6-b300-48xlarge", "nvidia-b300"),
+    ] {
+        std::fs::write(
+            &request,
+            format!(r#"{{"bundles": [{{"count": 8, "connectivity": "scale-up", "sku": ["{sku}"]}}]}}"#),
+        )
+        .unwrap();
+        let placed = ok(accel(&["plan", "--cluster", s(&cluster), "--request", s(&request)]));
+        assert!(placed.starts_with(&format!("bundle 0: {node} GPU0,GPU1,GPU2,GPU3,GPU4,GPU5,GPU6,GPU7")), "{placed}");
+        assert!(placed.contains("links: declared by design, not observed (builtin:aws.toml system"), "{placed}");
+        let json: serde_json::Value =
+            serde_json::from_str(&ok(accel(&["plan", "--cluster", s(&cluster), "--request", s(&request), "--json"])))
+                .unwrap();
+        assert!(json["bundles"][0]["declared_links"][0].as_str().unwrap().contains(&node.replace('.', "-")));
+    }
+    // p6e-gb200 has four GPUs: an 8-GPU scale-up bundle of GB200 does not fit anywhere.
+    std::fs::write(&request, r#"{"bundles": [{"count": 8, "connectivity": "scale-up", "sku": ["nvidia-gb200"]}]}"#)
+        .unwrap();
+    let out = accel(&["plan", "--cluster", s(&cluster), "--request", s(&request)]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -29,8 +29,11 @@ fn stdout(out: &Output) -> String {
 fn conformance_grades_every_plugin_and_maturity_md_is_current() {
     let ascend = PathBuf::from("examples/plugins/ascend");
     let capture = "examples/plugins/ascend/capture";
-    let report: serde_json::Value =
-        serde_json::from_str(&stdout(&accel(&["conformance", "--capture", capture, "--json"], Some(&ascend)))).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&stdout(&accel(
+        &["conformance", "--samples", "--capture", capture, "--json"],
+        Some(&ascend),
+    )))
+    .unwrap();
     let graded: Vec<&str> = report["plugins"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     for plugin in accel_discover::default_plugins() {
         assert!(graded.contains(&plugin.id()), "{} not graded: {graded:?}", plugin.id());
@@ -101,6 +104,28 @@ esac
     assert_eq!(written["plugins"][0]["name"], "liar");
     let bad = accel(&["conformance", "--plugin", "no-such-plugin"], None);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("no plugin named"));
+    let typo = accel(&["conformance", "--plugin", "nvidai"], None);
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("did you mean \"nvidia\"?"), "{typo:?}");
+}
+
+#[test]
+fn a_vendor_grades_one_plugin_on_its_own_capture_only() {
+    // The vendor's loop: `--plugin X --capture C` runs X on C, and on no embedded sample.
+    let ascend = PathBuf::from("examples/plugins/ascend");
+    let args = ["conformance", "--plugin", "ascend", "--capture", "examples/plugins/ascend/capture", "--json"];
+    let report: serde_json::Value = serde_json::from_str(&stdout(&accel(&args, Some(&ascend)))).unwrap();
+    let plugins = report["plugins"].as_array().unwrap();
+    assert_eq!(plugins.len(), 1, "{report}");
+    let captures: Vec<&str> =
+        plugins[0]["captures"].as_array().unwrap().iter().map(|c| c["capture"].as_str().unwrap()).collect();
+    assert_eq!(captures.len(), 1, "only the capture given: {captures:?}");
+    assert_eq!(captures, ["ascend"], "named after the capture's directory, not a sample");
+    assert!(!accel_discover::samples::names().contains(&captures[0]));
+    // A built-in plugin on that capture has nothing to grade: none of its devices are there.
+    let nvidia = ["conformance", "--plugin", "nvidia", "--capture", "examples/plugins/ascend/capture", "--json"];
+    let report: serde_json::Value = serde_json::from_str(&stdout(&accel(&nvidia, None))).unwrap();
+    assert_eq!(report["plugins"][0]["captures"].as_array().unwrap().len(), 0, "{report}");
 }
 
 #[test]

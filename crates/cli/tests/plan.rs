@@ -135,3 +135,45 @@ fn plan_spreads_tied_nics_and_prints_the_ray_environment() {
     let json: serde_json::Value = serde_json::from_str(&ok(accel(&args))).unwrap();
     assert_eq!(json["bundles"][0]["env"]["NCCL_IB_HCA"], "=mlx5_0,mlx5_1", "{json}");
 }
+
+#[test]
+fn a_node_local_domain_never_spans_nodes() {
+    // Two MI355X boxes cloned from one capture carry the same KFD hive id, but an xGMI hive
+    // joins the GPUs of one node only: `same: xgmi_hive` over both is infeasible, naming it.
+    let dir = scratch("hive");
+    let cluster = dir.join("cluster.json");
+    std::fs::write(&cluster, ok(accel(&["cluster", "--sample", "mi355x:2"]))).unwrap();
+    let request = dir.join("request.json");
+    std::fs::write(&request, r#"{"bundles": [{"count": 8}, {"count": 8}], "same": "xgmi_hive"}"#).unwrap();
+    let out = accel(&["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "infeasible, not placed: {err}");
+    assert!(err.contains("no xgmi_hive domain can hold all 2 bundles"), "{err}");
+    // One node's hive still holds one bundle.
+    std::fs::write(&request, r#"{"bundles": [{"count": 4}, {"count": 4}], "same": "xgmi_hive"}"#).unwrap();
+    let placed = ok(accel(&["plan", "--cluster", cluster.to_str().unwrap(), "--request", request.to_str().unwrap()]));
+    assert!(placed.contains("bundle 0: mi355x-0") && placed.contains("bundle 1: mi355x-0"), "{placed}");
+
+    // The Slurm export makes no block of a node-local domain.
+    let slurm = dir.join("slurm");
+    ok(accel(&["export", "slurm", "--cluster", cluster.to_str().unwrap(), "--out-dir", slurm.to_str().unwrap()]));
+    let yaml = std::fs::read_to_string(slurm.join("topology.yaml")).unwrap();
+    assert!(!yaml.contains("xgmi") && !yaml.contains("block:"), "{yaml}");
+
+    // Three one-host TPU v6e-8 VMs are three slices; NVL72 trays share a clique per --clique-trays.
+    let tpus: serde_json::Value = serde_json::from_str(&ok(accel(&["cluster", "--sample", "tpu-v6e:3"]))).unwrap();
+    let slices: std::collections::BTreeSet<String> = tpus["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["labels"].get("tpu_slice").map_or_else(|| n["name"].to_string(), ToString::to_string))
+        .collect();
+    assert_eq!(slices.len(), 3, "{tpus}");
+    let trays: serde_json::Value =
+        serde_json::from_str(&ok(accel(&["cluster", "--sample", "gb200-nvl72-tray:4", "--clique-trays", "2"])))
+            .unwrap();
+    let cliques: Vec<&str> =
+        trays["nodes"].as_array().unwrap().iter().map(|n| n["labels"]["nvlink_clique"].as_str().unwrap()).collect();
+    assert_eq!(cliques[0], cliques[1]);
+    assert_ne!(cliques[1], cliques[2]);
+}

@@ -3,7 +3,6 @@
 //! beside it. A fact whose check is unknown fails; every check is shown failing on a broken
 //! excerpt. (test_data/hosts/<name>/provenance.toml; crates/discover/src/provenance.rs.)
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -18,6 +17,9 @@ fn run_check(check: &str, sample: &str, excerpt: &str) -> Result<(), String> {
     match check {
         "nvidia-smi-topo-m" => nvidia_smi_topo_m(sample, excerpt),
         "neuron-instance-spec" => neuron_instance_spec(sample, excerpt),
+        "neuron-logical-cores" => neuron_logical_cores(sample, excerpt),
+        "dgx-network-modules" => dgx_network_modules(sample, excerpt),
+        "dgx-system-spec" => dgx_system_spec(sample, excerpt),
         other => Err(format!("no check named {other:?} in crates/cli/tests/provenance.rs")),
     }
 }
@@ -40,7 +42,8 @@ fn every_traced_fact_matches_its_artifact() {
         match p.kind {
             Kind::Real => assert!(!p.sources.is_empty(), "{name}"),
             Kind::Derived => assert!(!p.facts.is_empty(), "{name}"),
-            Kind::Synthetic => {}
+            // A synthetic sample says what real machines contradict in it (or that none is known).
+            Kind::Synthetic => assert!(!p.contradictions.is_empty(), "{name}: no `contradictions`"),
         }
     }
     assert!(traced > 0, "no sample traces a fact");
@@ -57,6 +60,20 @@ fn checks_fail_on_broken_artifacts() {
     assert!(nvidia_smi_topo_m("dgx-h100", &numa).is_err());
     let nic = text.replacen("NV18 PXB NODE", "NV18 NODE NODE", 1);
     assert!(nvidia_smi_topo_m("dgx-h100", &nic).is_err());
+    // The storage ports: NIC1 as PXB to GPU0 would put a compute port there.
+    let storage = text.replacen("NV18 PXB NODE NODE", "NV18 PXB PXB NODE", 1);
+    assert!(nvidia_smi_topo_m("dgx-h100", &storage).is_err());
+    let modules = std::fs::read_to_string(hosts().join("dgx-h100/dgx-h100-network-modules.txt")).unwrap();
+    assert_eq!(dgx_network_modules("dgx-h100", &modules), Ok(()));
+    assert!(
+        dgx_network_modules("dgx-h100", &modules.replace("CX1 0 0 ibp24s0 mlx5_0", "CX1 0 0 ibp24s0 mlx5_1")).is_err()
+    );
+    assert!(dgx_network_modules("dgx-h100", &modules.replace("CX0 1 7", "CX0 0 7")).is_err());
+    let spec = std::fs::read_to_string(hosts().join("dgx-h100/dgx-basepod-spec.txt")).unwrap();
+    assert_eq!(dgx_system_spec("dgx-h100", &spec), Ok(()));
+    assert!(dgx_system_spec("dgx-h100", &spec.replace("Four NVIDIA NVSwitch", "Six NVIDIA NVSwitch")).is_err());
+    assert!(dgx_system_spec("dgx-h100", &spec.replace("2x dual-port", "4x dual-port")).is_err());
+    assert!(dgx_system_spec("dgx-h100", &spec.replace("640 GB total", "320 GB total")).is_err());
     let spec = std::fs::read_to_string(hosts().join("trn2/aws-trn2-arch.txt")).unwrap();
     assert_eq!(neuron_instance_spec("trn2", &spec), Ok(()));
     assert!(neuron_instance_spec("trn2", &spec.replace("| 16 | 64 |", "| 32 | 64 |")).is_err());
@@ -64,6 +81,10 @@ fn checks_fail_on_broken_artifacts() {
     assert!(neuron_instance_spec("trn2", &spec.replace("| 192 |", "| 96 |")).is_err());
     assert!(neuron_instance_spec("trn2", &spec.replace("4x4, 2D Torus", "4x4, 2D mesh")).is_err());
     assert!(neuron_instance_spec("gaudi3", &spec).is_err());
+    let lnc = std::fs::read_to_string(hosts().join("trn2/aws-neuron-lnc.txt")).unwrap();
+    assert_eq!(neuron_logical_cores("trn2", &lnc), Ok(()));
+    assert!(neuron_logical_cores("trn2", &lnc.replace("into 4 Logical", "into 8 Logical")).is_err());
+    assert!(neuron_logical_cores("trn2", &lnc.replace("presents 64 available", "presents 128 available")).is_err());
     // The same listing is not the mi300x machine.
     assert!(nvidia_smi_topo_m("mi300x", &text).is_err());
     assert!(run_check("made-up", "dgx-h100", &text).is_err());
@@ -116,8 +137,8 @@ fn same<T: PartialEq + std::fmt::Debug>(what: &str, accel: T, artifact: T) -> Re
 }
 
 /// `accel topo --json` of the sample against the GPU rows of an `nvidia-smi topo -m` listing:
-/// the GPU-GPU block, each GPU's CPU and NUMA affinity, and the NIC pattern per socket (the
-/// listing's NIC columns are compared as classes per socket, not one to one).
+/// the GPU-GPU block, each GPU's CPU and NUMA affinity, and every GPU-NIC class, column `NIC<k>`
+/// against the sample's RDMA device `mlx5_<k>` (nvidia-smi's NIC Legend numbering).
 fn nvidia_smi_topo_m(sample: &str, text: &str) -> Result<(), String> {
     let artifact = listing(text)?;
     let out = Command::new(env!("CARGO_BIN_EXE_accel")).args(["topo", "--sample", sample, "--json"]).output().unwrap();
@@ -138,28 +159,126 @@ fn nvidia_smi_topo_m(sample: &str, text: &str) -> Result<(), String> {
         same(&format!("GPU block, row {g}"), &accel_gpus, &row.gpus)?;
         same(&format!("CPU affinity of GPU {g}"), endpoints[*g]["cpu_affinity"].as_str(), Some(row.cpus.as_str()))?;
         same(&format!("NUMA affinity of GPU {g}"), endpoints[*g]["numa_affinity"].to_string(), row.numa.clone())?;
-        // The NIC pattern: the artifact's classes per socket, and one PXB NIC per GPU.
-        let numa_of_nic = |n: usize| endpoints[n]["numa_affinity"].to_string();
-        let on_socket: BTreeSet<String> =
-            nics.iter().filter(|&&n| numa_of_nic(n) == row.numa).map(|&n| cell(*g, n)).collect();
-        let across: BTreeSet<String> =
-            nics.iter().filter(|&&n| numa_of_nic(n) != row.numa).map(|&n| cell(*g, n)).collect();
-        let half = row.nics.len() / 2;
-        let (own, far) = if row.numa == "0" {
-            row.nics.split_at(half)
-        } else {
-            let (a, b) = row.nics.split_at(half);
-            (b, a)
-        };
-        same(&format!("same-socket NIC classes of GPU {g}"), on_socket, own.iter().cloned().collect())?;
-        same(&format!("cross-socket NIC classes of GPU {g}"), across, far.iter().cloned().collect())?;
-        let pxb = |cells: &mut dyn Iterator<Item = String>| cells.filter(|c| c == "PXB").count();
-        same(
-            &format!("PXB NICs of GPU {g}"),
-            pxb(&mut nics.iter().map(|&n| cell(*g, n))),
-            pxb(&mut row.nics.iter().cloned()),
-        )?;
+        same("NIC count", nics.len(), row.nics.len())?;
+        for (k, class) in row.nics.iter().enumerate() {
+            let name = format!("mlx5_{k}");
+            let n = nics
+                .iter()
+                .find(|&&n| endpoints[n]["id"].as_str() == Some(name.as_str()))
+                .ok_or(format!("no NIC named {name}"))?;
+            same(&format!("GPU {g} to NIC{k} ({name})"), &cell(*g, *n), class)?;
+        }
     }
+    Ok(())
+}
+
+/// The rows of a transcribed table: whitespace-separated cells, `#` comments left out.
+fn rows(text: &str) -> Vec<Vec<&str>> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
+/// The DGX network-module table: each GPU's PXB NIC is the RDMA device of its port, on the
+/// module's CPU (NUMA node).
+fn dgx_network_modules(sample: &str, text: &str) -> Result<(), String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_accel")).args(["topo", "--sample", sample, "--json"]).output().unwrap();
+    let topo: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let endpoints = topo["endpoints"].as_array().unwrap();
+    let matrix = topo["matrix"].as_array().unwrap();
+    let table = rows(text);
+    same("ports", table.len(), 8)?;
+    for row in table {
+        let [_, _, cpu, gpu, _, rdma] = row[..] else { return Err(format!("a short row: {row:?}")) };
+        let g = endpoints.iter().position(|e| e["label"] == format!("GPU{gpu}")).ok_or(format!("no GPU{gpu}"))?;
+        let pxb: Vec<&str> = (0..endpoints.len())
+            .filter(|&n| endpoints[n]["label"].as_str().unwrap().starts_with("NIC") && matrix[g][n] == "PXB")
+            .map(|n| endpoints[n]["id"].as_str().unwrap())
+            .collect();
+        same(&format!("the compute port of GPU{gpu}"), pxb, vec![rdma])?;
+        same(&format!("the CPU of GPU{gpu}"), endpoints[g]["numa_affinity"].to_string(), cpu.to_owned())?;
+    }
+    Ok(())
+}
+
+/// The Neuron runtime's logical cores (LNC): per device, and on the whole instance, the
+/// NeuronCores a sample presents to Ray and NEURON_RT_VISIBLE_CORES at the default setting.
+fn neuron_logical_cores(sample: &str, text: &str) -> Result<(), String> {
+    let m = discover_json(sample)?;
+    let devices: Vec<&serde_json::Value> =
+        m["accelerators"].as_array().unwrap().iter().filter(|a| a["plugin"] == "neuron").collect();
+    let per_device = stated(text, "Logical NeuronCores")?;
+    let physical = stated(text, "physical NeuronCores")?;
+    for d in &devices {
+        same(&format!("logical cores of {}", d["id"]), d["vocabulary"]["ray_units"].as_f64(), Some(per_device as f64))?;
+    }
+    let total: f64 = devices.iter().map(|d| d["vocabulary"]["ray_units"].as_f64().unwrap_or(0.0)).sum();
+    same("NeuronCores the instance presents", total as u64, stated(text, "available NeuronCores")?)?;
+    same(
+        "physical cores",
+        m["attributes"]["aws.neuron_physical_cores"].as_str().map(str::to_owned),
+        Some((physical * devices.len() as u64).to_string()),
+    )?;
+    // The last device's cores end at the instance's count: logical ids, not physical ones.
+    let last = devices
+        .iter()
+        .filter_map(|d| d["vocabulary"]["isolation"][0].as_str())
+        .max_by_key(|r| r.split('-').next().and_then(|a| a.parse::<u64>().ok()).unwrap_or(0));
+    same(
+        "the last NeuronCore id",
+        last.and_then(|r| r.split('-').nth(1)).map(str::to_owned),
+        Some((total as u64 - 1).to_string()),
+    )?;
+    Ok(())
+}
+
+/// A number written as a word or digits (`Four`, `eight`, `2x`).
+fn number(word: &str) -> Option<u64> {
+    let w = word.trim_end_matches('x').to_ascii_lowercase();
+    let words =
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"];
+    words.iter().position(|n| *n == w).map(|n| n as u64).or_else(|| w.parse().ok())
+}
+
+/// The number just before `what` on the line that says it (`Four NVIDIA NVSwitch`).
+fn stated(text: &str, what: &str) -> Result<u64, String> {
+    let line = text.lines().filter(|l| !l.starts_with('#')).find(|l| l.contains(what)).ok_or(format!("no {what:?}"))?;
+    let before = &line[..line.find(what).unwrap()];
+    let words: Vec<&str> = before.split_whitespace().collect();
+    words.iter().rev().find_map(|w| number(w)).ok_or(format!("no count before {what:?}"))
+}
+
+/// A DGX's published specification: GPU count and memory, NVSwitch chips, single- and dual-port
+/// ConnectX-7 (every port an RDMA device; a dual-port card one PCI device with two functions).
+fn dgx_system_spec(sample: &str, text: &str) -> Result<(), String> {
+    let m = discover_json(sample)?;
+    let gpus: Vec<&serde_json::Value> =
+        m["accelerators"].as_array().unwrap().iter().filter(|a| a["vocabulary"]["kind"] == "gpu").collect();
+    same("GPUs", gpus.len() as u64, stated(text, "NVIDIA Hopper GPUs")?)?;
+    let total: u64 = gpus.iter().map(|a| a["memory_bytes"].as_u64().unwrap_or(0)).sum::<u64>() >> 30;
+    let stated_gb = stated(text, "GB total GPU memory for H100").or_else(|_| {
+        let line = text.lines().find(|l| l.contains("GB total GPU memory for H100")).ok_or("no GPU memory")?;
+        line.split_whitespace().next().and_then(|w| w.parse().ok()).ok_or("no GPU memory".to_owned())
+    })?;
+    // 8x 80 GB read as binary GiB, as nvidia-smi shows a little less of each: within 10%.
+    if total * 10 < stated_gb * 9 || total > stated_gb {
+        return Err(format!("GPU memory: accel {total} GiB, artifact {stated_gb} GB"));
+    }
+    let pci = m["pci"].as_array().unwrap();
+    let switches = pci.iter().filter(|n| n["vendor"] == "0x10de" && n["class"] == "0x068000").count() as u64;
+    same("NVSwitch chips", switches, stated(text, "NVIDIA NVSwitch")?)?;
+    let nics = m["nics"].as_array().unwrap();
+    let single = stated(text, "single-port NVIDIA ConnectX-7")?;
+    let dual = stated(text, "dual-port QSFP112 NVIDIA ConnectX-7")?;
+    same("RDMA ports", nics.iter().filter(|n| n["rdma"] == true).count() as u64, single + 2 * dual)?;
+    let mut devices: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for n in nics {
+        let pci = n["pci"].as_str().unwrap_or("");
+        *devices.entry(pci.rsplit_once('.').map_or(pci, |(d, _)| d).to_owned()).or_default() += 1;
+    }
+    same("dual-port cards", devices.values().filter(|&&c| c == 2).count() as u64, dual)?;
+    same("single-port cards", devices.values().filter(|&&c| c == 1).count() as u64, single)?;
     Ok(())
 }
 

@@ -53,6 +53,7 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     }
     // Links last: one may name a device of a plugin that ran later.
     checker.finish(&mut machine);
+    crate::declared::add_declared_links(host, &mut machine);
     describe_link_kinds(&mut machine, &declared);
     let all = host.root_escapes();
     // Name each place once: a path under another listed one adds nothing.
@@ -77,6 +78,7 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     // What an imported topology tool saw per PCI function (`accel import hwloc`), after every
     // plugin has spoken, so a compute device none of them identified is named.
     crate::osdevs::annotate(host, &mut machine);
+    own_memory_nodes(&mut machine);
     share_ray_managed_env(&mut machine, plugins);
     assign_indices(&mut machine);
     fill_isolation(&mut machine, plugins);
@@ -88,6 +90,44 @@ pub fn discover(host: &Host, plugins: &[Box<dyn Vendor>]) -> Machine {
     }
     crate::health::evaluate(host.is_live(), &by_plugin, &mut machine);
     machine
+}
+
+/// A memory-only NUMA node that holds an accelerator's memory (GPU HBM on POWER9 and Grace)
+/// belongs to that device: the node names it, and no device or function takes it for its CPU
+/// locality (a device pointing at such a node gets its nearest CPU node by distance instead,
+/// or none).
+fn own_memory_nodes(machine: &mut Machine) {
+    let owners: Vec<(u32, String)> =
+        machine.accelerators.iter().filter_map(|a| Some((a.memory_numa_node?, a.id.clone()))).collect();
+    for (node, id) in owners {
+        if let Some(n) = machine.numa_nodes.iter_mut().find(|n| n.id == node && n.cpus.is_empty()) {
+            n.memory_of.get_or_insert(id);
+        }
+    }
+    let memory_only: Vec<u32> = machine.numa_nodes.iter().filter(|n| n.memory_of.is_some()).map(|n| n.id).collect();
+    let nearest = |node: u32, machine: &Machine| -> Option<u32> {
+        let from = machine.numa_node(node)?;
+        let mut best: Vec<(u32, u32)> = machine
+            .numa_nodes
+            .iter()
+            .filter(|n| !n.cpus.is_empty())
+            .filter_map(|n| from.distances.get(&n.id).map(|d| (*d, n.id)))
+            .collect();
+        best.sort_unstable();
+        match best.as_slice() {
+            [(d, id), rest @ ..] if rest.first().is_none_or(|(d2, _)| d2 > d) => Some(*id),
+            _ => None,
+        }
+    };
+    let fixes: Vec<(usize, Option<u32>)> = machine
+        .accelerators
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| a.numa_node.filter(|n| memory_only.contains(n)).map(|n| (i, nearest(n, machine))))
+        .collect();
+    for (i, node) in fixes {
+        machine.accelerators[i].numa_node = node;
+    }
 }
 
 /// Gives every device with a visibility variable its isolation values: what its plugin's

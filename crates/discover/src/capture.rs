@@ -219,3 +219,55 @@ pub fn capture(host: &Host, machine: &Machine, plugins: &[Box<dyn Vendor>]) -> (
     }
     (c.tree, c.warnings)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/contributing-hardware.md ("What a capture must hold") names every file `accel
+    /// capture` keeps: the host layer's and each built-in family's, on every sample.
+    #[test]
+    fn the_contributors_guide_names_every_file_a_capture_keeps() {
+        let doc = include_str!("../../../docs/contributing-hardware.md");
+        let section = doc.split("### What a capture must hold").nth(1).expect("the section exists");
+        let section = section.split("\n## ").next().unwrap();
+        let mut missing = Vec::new();
+        let mut need = |what: &str| {
+            if !section.contains(&format!("`{what}")) {
+                missing.push(what.to_owned());
+            }
+        };
+        for attr in PCI_ATTRS {
+            need(attr);
+        }
+        for path in ["/sys/class/dmi/id/product_name", "/proc/sys/kernel/hostname", "/proc/meminfo"] {
+            need(path);
+        }
+        need("/sys/devices/system/cpu/online");
+        need(crate::osdevs::OSDEVS_PATH);
+        for name in crate::samples::names() {
+            let host = crate::samples::host(name, accel_model::SkuRegistry::builtin()).unwrap();
+            let machine = crate::samples::machine(name).unwrap();
+            for plugin in crate::default_plugins() {
+                for keep in plugin.capture(&host, &machine) {
+                    match keep {
+                        Keep::File(p) | Keep::Tree { path: p, .. } | Keep::Record { path: p, .. } => need(&p),
+                        // `/sys/kernel/iommu_groups/3/devices` is written with `<G>` for the group.
+                        Keep::ClassLinks(p) => need(
+                            &p.split('/')
+                                .map(|c| if !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()) { "<G>" } else { c })
+                                .collect::<Vec<_>>()
+                                .join("/"),
+                        ),
+                        Keep::EachEntry { dir, file } => need(&format!("{dir}/<BDF>/{file}")),
+                        Keep::DeviceNodes { dir, prefix, .. } => need(&format!("{dir}/{prefix}")),
+                        Keep::PciAttributes(files) => files.iter().for_each(|f| need(f)),
+                    }
+                }
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        assert!(missing.is_empty(), "docs/contributing-hardware.md does not name: {missing:?}");
+    }
+}

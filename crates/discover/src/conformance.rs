@@ -354,7 +354,8 @@ fn discover_checks(
             &null
         }
     };
-    let (first, again) = (discover(&capture.host, alone), discover(&capture.host, alone));
+    let runs = parallel(vec![(), ()], |()| discover(&capture.host, alone));
+    let (first, again) = (&runs[0], &runs[1]);
     let same = serde_json::to_string(&again.accelerators).ok() == serde_json::to_string(&first.accelerators).ok()
         && serde_json::to_string(&again.links).ok() == serde_json::to_string(&first.links).ok();
     out.push(if same { pass(C, "deterministic") } else { check(C, "deterministic", Status::Fail, "two runs differ") });
@@ -428,6 +429,10 @@ fn robustness(alone: &[Box<dyn Vendor>], capture: &Capture, rounds: usize) -> Ch
             seed ^= seed << 17;
             seed
         };
+        // The mutated trees first (one seeded sequence, so a run is reproducible), then every
+        // round at once: each is its own host, and an external plugin's rounds are mostly
+        // waiting for its processes.
+        let mut mutated = Vec::new();
         for i in 0..rounds {
             if files.is_empty() {
                 break;
@@ -444,17 +449,23 @@ fn robustness(alone: &[Box<dyn Vendor>], capture: &Capture, rounds: usize) -> Ch
                     _ => t.add_link(path.clone(), "/../../nowhere/../sys"),
                 }
             }
+            mutated.push(t);
+        }
+        let outcomes = parallel(mutated, |t| {
             let host = Host::in_memory(Arc::new(t), capture.host.skus().clone());
             let start = Instant::now();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| discover(&host, alone)));
+            (result.map(|m| invariants(&m)), start.elapsed())
+        });
+        for (i, (result, took)) in outcomes.into_iter().enumerate() {
             runs += 1;
             match result {
                 Err(_) => failures.push(format!("mutation {i}: panic")),
-                Ok(m) => {
-                    if start.elapsed() > BOUND {
-                        failures.push(format!("mutation {i}: took {:?}", start.elapsed()));
+                Ok(kept) => {
+                    if took > BOUND {
+                        failures.push(format!("mutation {i}: took {:.1} s", took.as_secs_f64()));
                     }
-                    if let Err(e) = invariants(&m) {
+                    if let Err(e) = kept {
                         failures.push(format!("mutation {i}: {e}"));
                     }
                 }
@@ -468,6 +479,26 @@ fn robustness(alone: &[Box<dyn Vendor>], capture: &Capture, rounds: usize) -> Ch
         check(C, "robustness", Status::Fail, failures.join("; "))
     }
 }
+
+/// `f` over `items` on threads of their own (as many at a time as there are CPUs, from 2 to
+/// [`PARALLEL`]), results in order:
+/// a check's plugin calls are independent, and an external plugin's are mostly process start-up.
+fn parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        let width = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, PARALLEL);
+        let batch: Vec<T> = items.by_ref().take(width).collect();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = batch.into_iter().map(|item| s.spawn(|| f(item))).collect();
+            out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
+        });
+    }
+    out
+}
+
+/// The most plugin calls of one check that run at once.
+const PARALLEL: usize = 4;
 
 /// The plugin on an empty root and on a root of garbage files answers in time with a valid
 /// document, or fails cleanly (a warning, never a hang).
@@ -590,7 +621,8 @@ fn topology_checks(
         let want = scale_up.gbps_per_link() * f64::from(l.count);
         checked += 1;
         if l.gbps.is_none_or(|g| (g - want).abs() > 1e-6 * want.max(1.0)) {
-            wrong.push(format!("{}-{}: {:?} GB/s, SKU says {want}", l.a, l.b, l.gbps));
+            let have = l.gbps.map_or_else(|| "no bandwidth".to_owned(), |g| format!("{g} GB/s"));
+            wrong.push(format!("{}-{}: {have}, SKU says {want} GB/s", l.a, l.b));
         }
     }
     out.push(match (checked, wrong.is_empty()) {
@@ -642,14 +674,14 @@ fn isolate_checks(plugin: &dyn Vendor, capture: &Capture, devices: &[&Accelerato
         match ask_isolate(plugin, capture, bundle) {
             Ok(env) if env.get(&var) == Some(&want) => None,
             Ok(env) => Some(format!(
-                "[{}]: {var}={:?}, the bundle's isolation values say {want:?}",
+                "[{}]: {var} is {}, the bundle's isolation values say {want:?}",
                 ids.join(","),
-                env.get(&var)
+                env.get(&var).map_or_else(|| "not set".to_owned(), |v| format!("{v:?}"))
             )),
             Err(e) => Some(format!("[{}]: {e}", ids.join(","))),
         }
     };
-    let problems: Vec<String> = with_var.iter().filter_map(|d| judge(&[*d])).collect();
+    let problems: Vec<String> = parallel(with_var.clone(), |d| judge(&[d])).into_iter().flatten().collect();
     out.push(if problems.is_empty() {
         check(C, "visibility", Status::Pass, format!("{} devices", with_var.len()))
     } else {
@@ -660,7 +692,7 @@ fn isolate_checks(plugin: &dyn Vendor, capture: &Capture, devices: &[&Accelerato
         out.push(check(C, "bundle_order", Status::Skip, "one device: no bundle to order"));
     } else {
         let reversed: Vec<&Accelerator> = with_var.iter().rev().copied().collect();
-        let problems: Vec<String> = [&with_var[..], &reversed[..]].into_iter().filter_map(judge).collect();
+        let problems: Vec<String> = parallel(vec![&with_var[..], &reversed[..]], judge).into_iter().flatten().collect();
         out.push(if problems.is_empty() {
             check(C, "bundle_order", Status::Pass, format!("{} devices, both orders", with_var.len()))
         } else {
@@ -704,7 +736,7 @@ fn reading_checks(plugin: &dyn Vendor, capture: &Capture, machine: &Machine, dev
 }
 
 /// The command that writes docs/maturity.md (a test renders the page and compares).
-pub const MATURITY_COMMAND: &str = "ACCEL_PLUGIN_DIR=examples/plugins/ascend accel conformance \\\n  --capture examples/plugins/ascend/capture --markdown > docs/maturity.md";
+pub const MATURITY_COMMAND: &str = "ACCEL_PLUGIN_DIR=examples/plugins/ascend accel conformance \\\n  --samples --capture examples/plugins/ascend/capture --markdown > docs/maturity.md";
 
 /// `docs/maturity.md`, generated from a report (never written by hand).
 pub fn markdown(report: &Report, command: &str) -> String {
@@ -719,6 +751,14 @@ pub fn markdown(report: &Report, command: &str) -> String {
     s.push_str("its `provenance.toml` says `real` and names its source (`accel samples` prints each sample's\n");
     s.push_str("kind); a capability is T2 only where a real capture holds the plugin's devices and exercises\n");
     s.push_str("it (the evidence below names those captures), derived and synthetic ones give T3 at most.\n\n");
+    s.push_str("What moves a family up (docs/contributing-hardware.md, \"Tier\"):\n\n");
+    s.push_str("- **to T3**: a capture holding its devices, real or written from public facts, on which the\n");
+    s.push_str("  capability's checks pass (`accel conformance --plugin NAME --capture DIR`);\n");
+    s.push_str("- **T3 to T2**: a real capture (`accel capture` on a machine with the devices, or a real\n");
+    s.push_str("  published `lstopo` XML imported) whose `provenance.toml` says `kind = \"real\"` and names its\n");
+    s.push_str("  source, on which the capability's checks pass; only the capabilities it exercises move;\n");
+    s.push_str("- **T2 to T1**: a passing `--live` run on a machine with the devices (the vendor CI workflow,\n");
+    s.push_str("  `ci/vendor-conformance.yml`), its environment fingerprint attached, besides the real capture.\n\n");
     s.push_str(&format!(
         "| plugin | kind | {} |\n|---|---|{}\n",
         CAPABILITIES.join(" | "),
@@ -754,10 +794,10 @@ pub fn markdown(report: &Report, command: &str) -> String {
     s
 }
 
-/// Every embedded sample, then the captures given on the command line.
-pub fn captures(paths: &[PathBuf], registry: &accel_model::SkuRegistry) -> Result<Vec<Capture>, String> {
-    let mut out: Vec<Capture> =
-        crate::samples::names().into_iter().filter_map(|n| Capture::sample(n, registry.clone())).collect();
+/// The embedded samples when `samples` is set, then the captures given on the command line.
+pub fn captures(paths: &[PathBuf], samples: bool, registry: &accel_model::SkuRegistry) -> Result<Vec<Capture>, String> {
+    let names = if samples { crate::samples::names() } else { Vec::new() };
+    let mut out: Vec<Capture> = names.into_iter().filter_map(|n| Capture::sample(n, registry.clone())).collect();
     for p in paths {
         out.push(Capture::path(p, registry.clone())?);
     }

@@ -1,12 +1,15 @@
-//! The generic PCI plugin: any display, co-processor or processing-accelerator function that no
-//! vendor plugin claimed becomes an accelerator, with its SKU looked up in the registry.
+//! The generic PCI plugin: any display or processing-accelerator function that no vendor plugin
+//! claimed becomes an accelerator, with its SKU looked up in the registry. An offload function
+//! (a co-processor such as Intel QAT or DLB, an SDXI data mover, an encryption controller) is an
+//! accelerator only where the registry knows its ids; otherwise it stays what it is, a PCI
+//! function, named in the machine's attributes (`offload.<address>`).
 
 use accel_model::{vendor_name, Accelerator, Machine, PciClass, PciId, PciNode, PciNodeKind, Warning};
 
 use crate::{Host, Isolation, Report, Vendor};
 
-/// Reports PCI functions of class 0x0300/0x0302/0x0380 (display), 0x0b40 (co-processor) and
-/// 0x12xx (processing accelerator).
+/// Reports PCI functions of class 0x0300/0x0302/0x0380 (display) and 0x12xx (processing
+/// accelerator), and offload functions (`is_offload_class`) the registry knows.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GenericPci;
 
@@ -18,9 +21,17 @@ pub struct GenericPci;
 /// device, these are not reported.
 const DISPLAY_ONLY_VENDORS: &[u16] = &[0x1a03, 0x1050, 0x102b, 0x1013, 0x1234, 0x1b36, 0x15ad, 0x1414, 0x8086, 0x1d0f];
 
-/// Whether a PCI class is one the generic plugin treats as an accelerator.
+/// Whether a PCI class is one the generic plugin treats as an accelerator (offload classes only
+/// with a registry entry).
 pub fn is_accelerator_class(class: PciClass) -> bool {
-    matches!(class.base_sub(), 0x0300 | 0x0302 | 0x0380 | 0x0b40) || class.base() == 0x12
+    matches!(class.base_sub(), 0x0300 | 0x0302 | 0x0380) || class.base() == 0x12 || is_offload_class(class)
+}
+
+/// Offload functions: 0x0b40 co-processor (Intel QAT and DLB, NEC's Vector Engine), 0x1201 SDXI
+/// data mover, 0x10xx encryption controller. Not accelerators unless a family or the registry
+/// claims their ids.
+pub fn is_offload_class(class: PciClass) -> bool {
+    matches!(class.base_sub(), 0x0b40 | 0x1201) || class.base() == 0x10
 }
 
 impl Vendor for GenericPci {
@@ -40,8 +51,22 @@ impl Vendor for GenericPci {
             if node.kind != PciNodeKind::Endpoint || !is_accelerator_class(class) || claimed.contains(&addr) {
                 continue;
             }
-            if let Some(acc) = accelerator(host, node, &mut report.warnings) {
-                report.accelerators.push(acc);
+            match accelerator(host, node, &mut report.warnings) {
+                Some(acc) => report.accelerators.push(acc),
+                None if is_offload_class(class) => {
+                    let ids = node
+                        .vendor
+                        .zip(node.device)
+                        .map_or_else(|| "ids unreadable".to_owned(), |(v, d)| format!("{v}:{d}"));
+                    report.attributes.insert(
+                        format!("offload.{addr}"),
+                        format!(
+                            "{} {ids}: an offload function, not an accelerator (no family or SKU entry claims it)",
+                            class.name()
+                        ),
+                    );
+                }
+                None => {}
             }
         }
         report
@@ -59,6 +84,9 @@ fn accelerator(host: &Host, node: &PciNode, warnings: &mut Vec<Warning>) -> Opti
     let device = node.device.unwrap_or(PciId(0));
     let subsystem = node.subsystem_vendor.zip(node.subsystem_device);
     let sku = host.skus().lookup(vendor, device, subsystem);
+    if sku.is_none() && node.class.is_some_and(is_offload_class) {
+        return None;
+    }
     let is_vga = node.class.is_some_and(|c| c.base_sub() == 0x0300);
     if sku.is_none() && is_vga && DISPLAY_ONLY_VENDORS.contains(&vendor.0) {
         return None;
@@ -73,12 +101,12 @@ fn accelerator(host: &Host, node: &PciNode, warnings: &mut Vec<Warning>) -> Opti
             source: "generic-pci".into(),
             path: Some(format!("/sys/bus/pci/devices/{addr}")),
             message: format!(
-                "unknown accelerator {} (subsystem {}, class {:?}); add it to the SKU registry",
+                "unknown accelerator {} (subsystem {}, class 0x{:06x}); add it to the SKU registry",
                 node.vendor
                     .zip(node.device)
                     .map_or_else(|| "with unreadable ids".to_owned(), |(v, d)| format!("{v}:{d}")),
                 subsystem.map_or_else(|| "unknown".to_owned(), |(v, d)| format!("{v}:{d}")),
-                node.class?,
+                node.class?.0,
             ),
         });
     }

@@ -102,9 +102,13 @@ impl Host {
     }
 
     /// The directory an external plugin reads as `ACCEL_ROOT`: the root itself (canonical), or,
-    /// for an in-memory tree, a private copy of it written once (mode 0700, under the system's
-    /// temporary directory) and removed with the last clone of this host. Never the live `/`
-    /// for a sample. `None` when the copy cannot be written.
+    /// for an in-memory tree, a private copy of it written once (mode 0700, under `TMPDIR` when
+    /// it is set, else in `/dev/shm` where that is a directory this user may write, else the
+    /// system's temporary directory) and removed with the last clone of this host. Never the
+    /// live `/` for a sample. `None` when the copy cannot be written. A copy lives for one run
+    /// of a plugin; on a disk file system, making its few hundred files and links is most of
+    /// what grading an external plugin costs (`accel conformance` writes one per mutated
+    /// capture), and memory makes it cheap.
     pub fn plugin_root(&self) -> Option<PathBuf> {
         let Fs::Memory(tree) = &self.fs else {
             return Some(std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone()));
@@ -114,9 +118,17 @@ impl Host {
                 use std::os::unix::fs::DirBuilderExt;
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let dir = std::env::temp_dir().join(format!("accel-root-{}-{n}", std::process::id()));
-                let _ = std::fs::remove_dir_all(&dir);
-                std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+                let name = format!("accel-root-{}-{n}", std::process::id());
+                let shm = std::path::Path::new("/dev/shm");
+                let mut places = Vec::new();
+                if std::env::var_os("TMPDIR").is_none() && shm.is_dir() {
+                    places.push(shm.to_path_buf());
+                }
+                places.push(std::env::temp_dir());
+                let dir = places.into_iter().map(|p| p.join(&name)).find(|dir| {
+                    let _ = std::fs::remove_dir_all(dir);
+                    std::fs::DirBuilder::new().mode(0o700).create(dir).is_ok()
+                })?;
                 let written = Written(dir);
                 tree.write_to(&written.0).ok()?;
                 Some(written)
@@ -269,7 +281,9 @@ impl Host {
         warnings: &mut Vec<Warning>,
     ) -> Option<String> {
         match read.and_then(utf8) {
-            Ok(text) => Some(text.trim().to_owned()),
+            // Some kernels end an attribute with a NUL after the newline (hwloc's capture of a
+            // Kunpeng 920 shows it); readers in C never see it.
+            Ok(text) => Some(text.trim_end_matches('\0').trim().to_owned()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
                 warnings.push(self.warning(source, path, format!("unreadable: {e}")));

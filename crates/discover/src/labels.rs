@@ -1,7 +1,7 @@
 //! Node labels and resources for schedulers, from a discovered [`Machine`]: Ray
 //! (`ray start --labels ... --resources ...`) and Kubernetes (NFD / GPU Feature Discovery names
 //! where they exist). Pure functions of the machine, shared by `accel labels`, the planner and
-//! `accel ray-start`.
+//! `python -m accel.ray start`.
 //!
 //! Naming: accel's own labels live under `accel.io/`. For Ray it also sets the two `ray.io/`
 //! labels that Ray's scheduler reads but never sets from topology itself:
@@ -190,10 +190,10 @@ fn common_labels(machine: &Machine) -> BTreeMap<String, String> {
     labels
 }
 
-/// The node's scale-up domain that can span nodes (an NVLink clique, a TPU slice, an xGMI hive,
-/// whatever a plugin marks `scale_up`), as `ray.io/gpu-domain` takes it. `None` when the node has
-/// none, or several different ones (two xGMI hives in one box): one label value cannot name
-/// them, and a wrong one would let Ray pack across a boundary.
+/// The node's scale-up domain (an NVLink clique, a TPU slice, an xGMI hive, whatever a plugin
+/// marks `scale_up`; a node-local one qualified by its node), as `ray.io/gpu-domain` takes it.
+/// `None` when the node has none, or several different ones (two xGMI hives in one box): one
+/// label value cannot name them, and a wrong one would let Ray pack across a boundary.
 pub fn gpu_domain(machine: &Machine) -> Option<String> {
     let mut names: Vec<String> =
         machine.domains.iter().filter(|d| d.scale_up).map(|d| label_value(&d.name)).filter(|v| !v.is_empty()).collect();
@@ -204,10 +204,22 @@ pub fn gpu_domain(machine: &Machine) -> Option<String> {
     }
 }
 
+/// The name a machine goes by as a node when nothing names it: its hostname, as `python -m
+/// accel.ray start` defaults `--node-name` to. Node-local domains (an xGMI hive) are qualified
+/// by it ([`accel_model::Domain::scoped_name`]).
+fn default_node(machine: &Machine) -> &str {
+    machine.host.hostname.as_deref().unwrap_or_default()
+}
+
 /// Labels and resources for `ray start`, failing closed: a device that is unhealthy, or whose
 /// health is unknown (unless the machine allows that, [`Machine::allows_unknown_health`]), gets
-/// no resource and is named in [`UNHEALTHY_LABEL`].
+/// no resource and is named in [`UNHEALTHY_LABEL`]. Node-local domains are qualified by the
+/// hostname, as `python -m accel.ray start` qualifies them by its default node name.
 pub fn ray_labels(machine: &Machine) -> RayNode {
+    node_labels(&machine.scoped_to(default_node(machine)))
+}
+
+fn node_labels(machine: &Machine) -> RayNode {
     let allow_unknown = machine.allows_unknown_health();
     let mut resources = BTreeMap::new();
     let mut num_gpus = 0.0;
@@ -243,23 +255,24 @@ pub fn ray_labels(machine: &Machine) -> RayNode {
 
 /// [`ray_labels_for_node`] for the Ray node named `name`, which also carries [`NODE_LABEL`].
 pub fn ray_node(machine: &Machine, name: &str, planner: &BTreeMap<String, String>) -> RayNode {
-    let mut node = ray_labels_for_node(machine, planner);
+    let mut node = ray_labels_for_node(machine, name, planner);
     node.labels.insert(NODE_LABEL.into(), label_value(name));
     node
 }
 
-/// [`ray_labels`] for a node of a cluster file, with its planner labels (`rack=r1` becomes
-/// `accel.io/rack=r1`). A planner label named after one of the machine's domain kinds
+/// [`ray_labels`] for node `node` of a cluster, with its planner labels (`rack=r1` becomes
+/// `accel.io/rack=r1`). Node-local domains (an xGMI hive) are qualified by the node's name, as
+/// the planner qualifies them. A planner label named after one of the machine's domain kinds
 /// (`nvlink_clique=c1`) names that domain on this node, as the planner reads it, so
 /// `accel.io/nvlink-clique` and `ray.io/gpu-domain` follow it.
-pub fn ray_labels_for_node(machine: &Machine, planner: &BTreeMap<String, String>) -> RayNode {
-    let mut machine = machine.clone();
+pub fn ray_labels_for_node(machine: &Machine, node: &str, planner: &BTreeMap<String, String>) -> RayNode {
+    let mut machine = machine.scoped_to(if node.is_empty() { default_node(machine) } else { node });
     for d in &mut machine.domains {
         if let Some(value) = planner.get(d.kind.as_str()) {
             d.name = value.clone();
         }
     }
-    let mut node = ray_labels(&machine);
+    let mut node = node_labels(&machine);
     for (key, value) in planner {
         let (key, value) = (label_value(key).replace('_', "-").to_ascii_lowercase(), label_value(value));
         if !key.is_empty() && !value.is_empty() {
@@ -275,7 +288,7 @@ pub fn ray_labels_for_node(machine: &Machine, planner: &BTreeMap<String, String>
 /// for the rest. Values follow those tools' formats but come from accel's own data (the product
 /// name is the registry's, not NVML's).
 pub fn k8s_labels(machine: &Machine) -> BTreeMap<String, String> {
-    let mut labels = common_labels(machine);
+    let mut labels = common_labels(&machine.scoped_to(default_node(machine)));
     for acc in &machine.accelerators {
         let class = acc.pci.and_then(|a| machine.pci_device(a)).and_then(|n| n.class);
         if let (Some(class), Some(vendor)) = (class, acc.pci_vendor) {
@@ -309,13 +322,21 @@ mod tests {
         let one = crate::samples::machine("mi300x").unwrap();
         let two = crate::samples::machine("mi210-2hive").unwrap();
         let tray = crate::samples::machine("gb200-nvl72-tray").unwrap();
-        assert_eq!(ray_labels(&one).labels.get(RAY_GPU_DOMAIN).map(String::as_str), Some("8a3f5e2d1c0b0a09"));
+        // An xGMI hive lies within its node: qualified by the node's name (the hostname here).
+        let host = one.host.hostname.clone().unwrap();
+        assert_eq!(ray_labels(&one).labels[RAY_GPU_DOMAIN], format!("{host}.8a3f5e2d1c0b0a09"));
+        let (a, b) =
+            (ray_labels_for_node(&one, "a", &BTreeMap::new()), ray_labels_for_node(&one, "b", &BTreeMap::new()));
+        assert_eq!(
+            (a.labels["accel.io/xgmi-hive"].as_str(), b.labels[RAY_GPU_DOMAIN].as_str()),
+            ("a.8a3f5e2d1c0b0a09", "b.8a3f5e2d1c0b0a09")
+        );
         assert_eq!(ray_labels(&two).labels.get(RAY_GPU_DOMAIN), None, "two hives: no one value is right");
         assert!(!ray_labels(&two).labels.contains_key("accel.io/xgmi-hive"));
         assert_eq!(ray_labels(&tray).labels[RAY_ACCELERATOR_TYPE], "GB200");
         // A cluster file's planner label names the domain, and the Ray label follows it.
         let planner = BTreeMap::from([("nvlink_clique".to_owned(), "rack-7".to_owned())]);
-        let node = ray_labels_for_node(&tray, &planner);
+        let node = ray_labels_for_node(&tray, "tray-0", &planner);
         assert_eq!(node.labels[RAY_GPU_DOMAIN], "rack-7");
         assert_eq!(node.labels["accel.io/nvlink-clique"], "rack-7");
     }

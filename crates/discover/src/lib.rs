@@ -9,6 +9,7 @@ mod assemble;
 pub mod bundle;
 pub mod capture;
 pub mod conformance;
+mod declared;
 pub mod exec;
 pub mod families {
     //! The built-in families, one module each (`src/families/`), found by build.rs: adding one

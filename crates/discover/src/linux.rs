@@ -32,12 +32,26 @@ fn read_host_info(host: &Host, warnings: &mut Vec<Warning>) -> HostInfo {
     }
 }
 
+/// The online CPUs where the kernel wrote no `/sys/devices/system/cpu/online` (before 2.6.26):
+/// every `cpu<N>` directory whose `online` file does not say 0 (the boot CPU has none).
+fn online_from_cpu_dirs(host: &Host, warnings: &mut Vec<Warning>) -> Option<CpuSet> {
+    let dir = host.path("/sys/devices/system/cpu");
+    let cpus: Vec<u32> = host
+        .list_dir(&dir, "numa", warnings)
+        .iter()
+        .filter_map(|n| n.strip_prefix("cpu")?.parse::<u32>().ok())
+        .filter(|n| host.read_attr(&dir.join(format!("cpu{n}/online")), "numa", warnings).as_deref() != Some("0"))
+        .collect();
+    (!cpus.is_empty()).then(|| CpuSet::new(cpus))
+}
+
 /// NUMA nodes from `/sys/devices/system/node/node<N>`, each with its online CPUs. A kernel
 /// without NUMA gets one node holding every online CPU.
 pub fn read_numa(host: &Host, warnings: &mut Vec<Warning>) -> Vec<NumaNode> {
     const SRC: &str = "numa";
-    let online =
-        host.parse_attr(&host.path("/sys/devices/system/cpu/online"), SRC, warnings, |t| CpuSet::parse_list(t).ok());
+    let online = host
+        .parse_attr(&host.path("/sys/devices/system/cpu/online"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
+        .or_else(|| online_from_cpu_dirs(host, warnings));
     let dir = host.path("/sys/devices/system/node");
     let mut ids: Vec<u32> =
         host.list_dir(&dir, SRC, warnings).iter().filter_map(|n| n.strip_prefix("node")?.parse().ok()).collect();
@@ -45,8 +59,10 @@ pub fn read_numa(host: &Host, warnings: &mut Vec<Warning>) -> Vec<NumaNode> {
     let mut nodes = Vec::new();
     for &id in &ids {
         let node_dir = dir.join(format!("node{id}"));
+        // Kernels before 2.6.26 wrote only the `cpumap` mask (hwloc's oldest test captures).
         let cpus = host
             .parse_attr(&node_dir.join("cpulist"), SRC, warnings, |t| CpuSet::parse_list(t).ok())
+            .or_else(|| host.parse_attr(&node_dir.join("cpumap"), SRC, warnings, |t| CpuSet::parse_mask(t).ok()))
             .map(|cpus| match &online {
                 // Offline CPUs run nothing; hwloc leaves them out too.
                 Some(online) => cpus.intersection(online),
@@ -70,12 +86,36 @@ pub fn read_numa(host: &Host, warnings: &mut Vec<Warning>) -> Vec<NumaNode> {
                 ids.iter().copied().zip(values).collect()
             })
             .unwrap_or_default();
-        nodes.push(NumaNode { id, cpus, memory_bytes, distances });
+        nodes.push(NumaNode::new(id, cpus, memory_bytes, distances));
+    }
+    // A CPU in two nodes: the firmware's NUMA description is inconsistent (hwloc merges such
+    // nodes). The kernel's ids stay, since devices name them; the warning says so.
+    let mut owner: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut shared: BTreeSet<u32> = BTreeSet::new();
+    for n in &nodes {
+        for &cpu in n.cpus.cpus() {
+            if let Some(first) = owner.insert(cpu, n.id) {
+                shared.insert(first);
+                shared.insert(n.id);
+            }
+        }
+    }
+    if !shared.is_empty() {
+        let ids: Vec<String> = shared.iter().map(u32::to_string).collect();
+        warnings.push(Warning {
+            source: SRC.into(),
+            path: Some("/sys/devices/system/node".into()),
+            message: format!(
+                "NUMA nodes {} share CPUs: the firmware's NUMA description is inconsistent; node ids kept as the \
+                 kernel names them",
+                ids.join(", ")
+            ),
+        });
     }
     if nodes.is_empty() {
         let cpus = online.unwrap_or_default();
         let memory_bytes = host.parse_attr(&host.path("/proc/meminfo"), SRC, warnings, parse_meminfo_total);
-        nodes.push(NumaNode { id: 0, cpus, memory_bytes, distances: BTreeMap::new() });
+        nodes.push(NumaNode::new(0, cpus, memory_bytes, BTreeMap::new()));
     }
     nodes
 }
@@ -443,12 +483,7 @@ mod tests {
 
     #[test]
     fn locality_rules() {
-        let node = |id, cpus: &str| NumaNode {
-            id,
-            cpus: CpuSet::parse_list(cpus).unwrap(),
-            memory_bytes: None,
-            distances: BTreeMap::new(),
-        };
+        let node = |id, cpus: &str| NumaNode::new(id, CpuSet::parse_list(cpus).unwrap(), None, BTreeMap::new());
         let numa = vec![node(0, "0-7"), node(1, "8-15")];
         let cpus = |s: &str| CpuSet::parse_list(s).unwrap();
         assert_eq!(locality(Some(1), None, &numa), Some(1));

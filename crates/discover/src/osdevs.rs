@@ -53,6 +53,225 @@ pub struct OsDevFile {
     /// OS devices that hang from no PCI function (under a host bridge, or the machine).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other: Vec<OsDev>,
+    /// Distance matrices the tool recorded between devices (hwloc's link bandwidths and hops),
+    /// as written: the families read the ones they know ([`OsDevFile::matrix`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matrices: Vec<Matrix>,
+    /// Links the tool recorded one by one (a topology dump's link elements), as written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<ToolLink>,
+    /// NUMA nodes the tool said more about: a subtype (`GPUMemory`) and infos (`PCIBusID`, the
+    /// function whose memory the node is).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub numa: Vec<NumaRecord>,
+}
+
+/// One object of a [`Matrix`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatrixObject {
+    /// The tool's object type (`OSDev`, `PCIDev`, `Package`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The PCI function the object is, or hangs under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci: Option<String>,
+    /// An OS device's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_index: Option<u32>,
+}
+
+/// A matrix of values between objects, in the tool's units (hwloc documents each one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Matrix {
+    pub name: String,
+    /// The tool's kind bits, as written.
+    #[serde(default)]
+    pub kind: u64,
+    pub objects: Vec<MatrixObject>,
+    /// Row-major, `objects.len()` squared.
+    pub values: Vec<u64>,
+}
+
+impl Matrix {
+    /// The value from object `i` to object `j`.
+    pub fn value(&self, i: usize, j: usize) -> Option<u64> {
+        let n = self.objects.len();
+        (i < n && j < n).then(|| self.values.get(i * n + j).copied()).flatten()
+    }
+
+    /// Whether the value count fits the objects.
+    pub fn is_square(&self) -> bool {
+        self.values.len() == self.objects.len() * self.objects.len()
+    }
+}
+
+/// One link element of a topology dump, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolLink {
+    /// The element's name in the file.
+    pub element: String,
+    /// The PCI function it was recorded under.
+    pub pci: String,
+    /// Its target as written (a PCI address, or a placeholder for a hidden one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// The target's PCI class as written (`0x068000`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_class: Option<String>,
+    /// Any other attributes, as written.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// A NUMA node the tool described.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaRecord {
+    pub node: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtype: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub infos: BTreeMap<String, String>,
+}
+
+/// The machine attribute a plugin sets when it read a matrix or link element of the file
+/// (`topology.read.<name>` = the plugin): what no plugin read is named in a warning.
+pub const READ_ATTRIBUTE: &str = "topology.read.";
+
+impl OsDevFile {
+    /// The matrix of that name, if the tool recorded one that fits its objects.
+    pub fn matrix(&self, name: &str) -> Option<&Matrix> {
+        self.matrices.iter().find(|m| m.name == name && m.is_square())
+    }
+
+    /// The OS devices of one PCI function.
+    pub fn osdevs_of(&self, pci: &str) -> &[OsDev] {
+        self.functions.iter().find(|f| f.pci == pci).map_or(&[], |f| f.osdevs.as_slice())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers for the importers that write this file (`accel-hwloc`, `accel-nccl`): one copy each.
+
+/// `text` without control characters (each becomes `?`), at most `max` characters.
+pub fn clean(text: &str, max: usize) -> String {
+    text.chars().take(max).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+/// A device name usable as one path component of a capture (and a bundle path: no spaces).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name != "."
+        && name != ".."
+        && name.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != '\\')
+}
+
+/// How deep an XML document's elements nest, counted from the markup alone before parsing (a
+/// recursive parser could otherwise overflow the stack on a hostile file): `Ok(deepest)`, or
+/// `Err(byte offset)` of the first element past `limit`. `<` starts markup wherever it appears
+/// outside comments, CDATA and processing instructions (attribute values cannot hold it); a tag
+/// ends at the first `>` outside a quoted attribute value, so `/>` or `>` inside a value hides
+/// nothing; comments, CDATA sections, processing instructions and declarations do not nest, and a
+/// closing tag inside them closes nothing. An entity declaration that holds markup (neither hwloc
+/// nor NCCL writes one) could expand to elements the scan cannot see, so it counts as too deep
+/// (`Err` at the declaration).
+pub fn xml_depth(text: &str, limit: usize) -> Result<usize, usize> {
+    let bytes = text.as_bytes();
+    let find = |from: usize, pat: &[u8]| {
+        bytes[from.min(bytes.len())..].windows(pat.len()).position(|w| w == pat).map(|p| from + p + pat.len())
+    };
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut i = 0;
+    while let Some(off) = bytes[i..].iter().position(|&b| b == b'<') {
+        let start = i + off;
+        let rest = &bytes[start..];
+        let end = if rest.starts_with(b"<!--") {
+            find(start + 4, b"-->")
+        } else if rest.starts_with(b"<![CDATA[") {
+            find(start + 9, b"]]>")
+        } else if rest.starts_with(b"<?") {
+            find(start + 2, b"?>")
+        } else if rest.starts_with(b"<!") {
+            // A declaration (DOCTYPE with its internal subset): skipped whole, brackets and
+            // quotes included; an entity holding markup refuses the file.
+            let (end, refuse) = declaration_end(bytes, start);
+            if refuse {
+                return Err(start);
+            }
+            end
+        } else {
+            let end = tag_end(bytes, start);
+            match rest.get(1) {
+                Some(b'/') => depth = depth.saturating_sub(1),
+                _ if end.is_some_and(|e| bytes[e - 2] == b'/') => {}
+                _ => {
+                    depth += 1;
+                    if depth > limit {
+                        return Err(start);
+                    }
+                    deepest = deepest.max(depth);
+                }
+            }
+            end
+        };
+        match end {
+            Some(e) if e < bytes.len() => i = e,
+            _ => break,
+        }
+    }
+    Ok(deepest)
+}
+
+/// Where the tag opened at `start` ends (just past its `>`), skipping quoted attribute values.
+fn tag_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut quote = None;
+    for (k, &b) in bytes.iter().enumerate().skip(start + 1) {
+        match (quote, b) {
+            (None, b'"' | b'\'') => quote = Some(b),
+            (Some(q), _) if b == q => quote = None,
+            (None, b'>') => return Some(k + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Where the declaration opened at `start` ends (just past its `>`, outside quotes and its
+/// `[...]` internal subset), and whether it declares an entity whose value holds markup.
+fn declaration_end(bytes: &[u8], start: usize) -> (Option<usize>, bool) {
+    let (mut quote, mut brackets, mut refuse) = (None, 0usize, false);
+    let mut in_entity = false;
+    let mut k = start + 2;
+    while k < bytes.len() {
+        let b = bytes[k];
+        match (quote, b) {
+            (Some(q), _) if b == q => quote = None,
+            (Some(_), b'<' | b'&') if in_entity => refuse = true,
+            (Some(_), _) => {}
+            (None, b'"' | b'\'') => quote = Some(b),
+            (None, b'[') => brackets += 1,
+            (None, b']') => brackets = brackets.saturating_sub(1),
+            (None, b'<') if bytes[k..].starts_with(b"<!ENTITY") => in_entity = true,
+            (None, b'<') if bytes[k..].starts_with(b"<!--") => {
+                k = bytes[k + 4..].windows(3).position(|w| w == b"-->").map_or(bytes.len(), |p| k + 4 + p + 2);
+            }
+            (None, b'>') if brackets == 0 => return (Some(k + 1), refuse),
+            (None, b'>') => in_entity = false,
+            _ => {}
+        }
+        k += 1;
+    }
+    (None, refuse)
+}
+
+/// Reads the file of a capture for a plugin: `None` when there is none or it is broken (the
+/// generic reader warns about a broken one once).
+pub fn read_quiet(host: &Host) -> Option<OsDevFile> {
+    read(host, &mut Vec::new())
 }
 
 /// One PCI function's record.
@@ -163,8 +382,48 @@ pub fn annotate(host: &Host, machine: &mut Machine) -> bool {
         machine.attributes.entry(k).or_insert(v);
     }
     warnings.extend(unidentified(&file, machine));
+    warnings.extend(unread(&file, machine));
+    memory_nodes(&file, machine);
     machine.warnings.extend(warnings);
     true
+}
+
+/// A warning for each matrix and link element of the file that no plugin read: never a guess.
+pub fn unread(file: &OsDevFile, machine: &Machine) -> Vec<Warning> {
+    let mut names: Vec<&str> = file.matrices.iter().map(|m| m.name.as_str()).collect();
+    names.extend(file.links.iter().map(|l| l.element.as_str()));
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|n| !machine.attributes.contains_key(&format!("{READ_ATTRIBUTE}{n}")))
+        .map(|n| Warning {
+            source: "osdevs".into(),
+            path: Some(OSDEVS_PATH.into()),
+            message: format!(
+                "{} recorded {n:?} between devices, which no plugin reads; left out (no link is guessed from it)",
+                file.source
+            ),
+        })
+        .collect()
+}
+
+/// A memory-only NUMA node the tool tied to a PCI function (`PCIBusID`) belongs to the
+/// accelerator there: it becomes that device's memory node, and the node names its owner.
+fn memory_nodes(file: &OsDevFile, machine: &mut Machine) {
+    for rec in &file.numa {
+        let Some(addr) = rec.infos.get("PCIBusID").and_then(|b| b.trim().to_ascii_lowercase().parse::<PciAddr>().ok())
+        else {
+            continue;
+        };
+        let Some(node) = machine.numa_nodes.iter().find(|n| n.id == rec.node) else { continue };
+        if !node.cpus.is_empty() {
+            continue;
+        }
+        if let Some(acc) = machine.accelerators.iter_mut().find(|a| a.pci == Some(addr) && a.partition.is_none()) {
+            acc.memory_numa_node.get_or_insert(rec.node);
+        }
+    }
 }
 
 /// A warning for each PCI function where the tool saw a compute device that no plugin reported.
@@ -228,7 +487,7 @@ mod tests {
                     infos: [("UUID".to_owned(), "abc".to_owned())].into(),
                 }],
             }],
-            other: Vec::new(),
+            ..Default::default()
         };
         let h = host(&serde_json::to_string(&file).unwrap());
         let mut w = Vec::new();
@@ -252,6 +511,20 @@ mod tests {
         assert!(dev("cuda0").is_compute());
         assert!(dev("card").is_compute(), "not a DRM node name");
         assert!(!OsDev { types: vec!["net".into()], ..dev("eth0") }.is_compute());
+    }
+
+    #[test]
+    fn importer_helpers() {
+        assert_eq!(clean("a\nb\u{1b}", 10), "a?b?");
+        assert!(valid_name("mlx5_0") && !valid_name("..") && !valid_name("a b") && !valid_name("a/b"));
+        assert_eq!(xml_depth("<a><b/><c x='1'><d></d></c></a>", 8), Ok(3));
+        assert_eq!(xml_depth("<?xml?><!DOCTYPE x><a>", 8), Ok(1));
+        assert_eq!(xml_depth("<", 8), Ok(1));
+        assert_eq!(xml_depth("<a><b><c>", 2), Err(6));
+        assert_eq!(xml_depth("<a x='/>'><b y=\">\"><c/></b></a>", 8), Ok(2));
+        assert_eq!(xml_depth("<a><!-- </a></a> --><b><![CDATA[</b>]]><c>", 8), Ok(3));
+        assert_eq!(xml_depth("<!DOCTYPE t [<!ENTITY e \"x\">]><a>", 8), Ok(1));
+        assert_eq!(xml_depth("<!DOCTYPE t [<!ENTITY e \"<a><a>\">]><a>", 8), Err(0));
     }
 
     #[test]

@@ -245,7 +245,7 @@ pub fn pci_functions<'m>(
 /// A scale-up link between `accs[i]` and `accs[j]`, with the bandwidth the first one's SKU gives
 /// `count` links.
 pub fn sku_link(host: &Host, accs: &[Accelerator], (i, j): (usize, usize), kind: LinkKind, count: u32) -> Link {
-    Link { a: accs[i].id.clone(), b: accs[j].id.clone(), kind, count, gbps: link_gbps(host, &accs[i], count) }
+    Link::new(accs[i].id.clone(), accs[j].id.clone(), kind, count, link_gbps(host, &accs[i], count))
 }
 
 /// Isolation by the devices' isolation values (their index where the plugin set none), in

@@ -7,7 +7,9 @@
 //! - `derived`: written by hand or by a script, but every fact is traced to a public artifact of
 //!   that exact machine type, and each `[[facts]]` entry has a test comparing the sample with it.
 //! - `synthetic`: written from specifications; its `[[facts]]` (if any) are the ones traced so
-//!   far, each tested, and nothing else in it is evidence of a real machine.
+//!   far, each tested, and nothing else in it is evidence of a real machine. It lists in
+//!   `contradictions` what real machines (public captures, dumps, listings) show otherwise, or
+//!   says that none is known (every embedded sample does: crates/cli/tests/provenance.rs).
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +75,10 @@ pub struct Provenance {
     pub sources: Vec<Source>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub facts: Vec<Fact>,
+    /// For a synthetic sample: what real machines of its kind show otherwise, each naming the
+    /// real capture or artifact (or one entry saying none is known, and why).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contradictions: Vec<String>,
 }
 
 /// Why a `provenance.toml` was refused.
@@ -125,6 +131,7 @@ impl Provenance {
                 note: "fill in who captured it and where it is published".into(),
             }],
             facts: Vec::new(),
+            contradictions: Vec::new(),
         }
     }
 
@@ -147,10 +154,10 @@ mod tests {
         assert!(matches!(Provenance::parse("kind = \"captured\"\nsummary = \"x\"\n"), Err(Error::Parse(_))));
         assert!(matches!(Provenance::parse("kind = \"synthetic\"\nsummary = \" \"\n"), Err(Error::NoSummary)));
         assert!(matches!(
-            Provenance::parse("kind = \"synthetic\"\nsummary = \"x\"\nsoruces = []\n"),
+            Provenance::parse("kind = \"synthetic\"\nsummary = \"x\"\ncontradictions = [\"c\"]\nsoruces = []\n"),
             Err(Error::Parse(_))
         ));
-        let escape = "kind = \"synthetic\"\nsummary = \"x\"\n[[facts]]\nfact = \"f\"\nartifact = \"a\"\nexcerpt = \"../../etc/passwd\"\ncheck = \"c\"\n";
+        let escape = "kind = \"synthetic\"\nsummary = \"x\"\ncontradictions = [\"c\"]\n[[facts]]\nfact = \"f\"\nartifact = \"a\"\nexcerpt = \"../../etc/passwd\"\ncheck = \"c\"\n";
         assert!(matches!(Provenance::parse(escape), Err(Error::BadExcerpt(..))));
         let live = Provenance::live_capture("node1", "0.1");
         assert_eq!(Provenance::parse(&live.to_toml()).unwrap(), live);

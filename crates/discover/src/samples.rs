@@ -20,6 +20,14 @@ pub fn names() -> Vec<&'static str> {
     SAMPLES.iter().map(|(n, ..)| *n).collect()
 }
 
+/// What to say about a sample name nothing embeds: the nearest name, if it is close, and where
+/// the list is (`no sample named "gb200"; did you mean "gb200-nvl72-tray"? `accel samples`
+/// lists them`).
+pub fn unknown(name: &str) -> String {
+    let hint = accel_model::suggest(name, names()).map(|s| format!("; did you mean {s:?}?")).unwrap_or_default();
+    format!("no sample named {name:?}{hint} (`accel samples` lists them)")
+}
+
 /// The file tree of a sample.
 pub fn tree(name: &str) -> Option<MemTree> {
     let (_, bytes, ..) = SAMPLES.iter().find(|(n, ..)| *n == name)?;
@@ -49,6 +57,13 @@ pub fn machine(name: &str) -> Option<Machine> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unknown_name_gets_the_nearest_one() {
+        assert!(super::unknown("gb200").contains("did you mean \"gb200-nvl72-tray\"?"), "{}", super::unknown("gb200"));
+        assert!(super::unknown("mi355y").contains("did you mean \"mi355x\"?"));
+        assert!(!super::unknown("zzzz").contains("did you mean"));
+    }
+
     #[test]
     fn every_sample_loads() {
         for name in super::names() {

@@ -39,7 +39,9 @@ pub fn load_registry(dir: Option<&Path>, files: &[PathBuf]) -> Result<SkuRegistr
     for path in paths {
         let text =
             std::fs::read_to_string(&path).map_err(|source| SkuLoadError::Read { path: path.clone(), source })?;
-        registry.merge(SkuRegistry::parse(&path.display().to_string(), &text)?);
+        let origin = path.display().to_string();
+        registry.merge(SkuRegistry::parse(&origin, &text)?);
+        registry.merge_systems(SkuRegistry::parse_systems(&origin, &text)?);
     }
     Ok(registry)
 }

@@ -58,7 +58,7 @@ impl Default for OpenOptions {
 /// A source that cannot be opened: the user's input is wrong, not the machine's data.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    #[error("no sample named {0:?}; `accel samples` lists them")]
+    #[error("{}", crate::samples::unknown(.0))]
     NoSample(String),
     #[error("cannot read root {path}: {source}")]
     Unreadable { path: String, source: std::io::Error },

@@ -178,6 +178,11 @@ impl Clean {
         for (i, link) in report.links.iter_mut().enumerate() {
             self.text(&mut link.a, MAX_NAME, false, || format!("links[{i}].a"));
             self.text(&mut link.b, MAX_NAME, false, || format!("links[{i}].b"));
+            if let Some(source) = &mut link.source {
+                self.text(source, MAX_NAME, false, || format!("links[{i}].source"));
+            }
+            // A plugin reports what it saw: only the registry declares links by design.
+            link.origin = accel_model::LinkOrigin::Observed;
         }
         for (i, k) in report.link_kinds.iter_mut().enumerate() {
             self.text(&mut k.name, MAX_NAME, false, || format!("link_kinds[{i}].name"));

@@ -134,8 +134,11 @@ fn garbage_becomes_warnings() {
     assert_eq!(h100.numa_node, Some(1), "placed by local_cpulist");
     let trn2 = m.accelerators.iter().find(|a| a.pci.map(|p| p.domain) == Some(0x10000)).unwrap();
     assert_eq!(trn2.vendor, "aws");
-    // The re-rooted absolute link: found inside the tree, not on the live machine.
-    assert!(m.accelerators.iter().any(|a| a.pci.map(|p| p.to_string()) == Some("0000:0a:00.0".into())));
+    // The re-rooted absolute link: found inside the tree, not on the live machine. A
+    // co-processor no entry claims is a PCI function, named as one, not an accelerator.
+    assert!(m.pci_node("0000:0a:00.0").is_some());
+    assert!(m.attributes.contains_key("offload.0000:0a:00.0"), "{:?}", m.attributes);
+    assert!(!m.accelerators.iter().any(|a| a.pci.map(|p| p.to_string()) == Some("0000:0a:00.0".into())));
 
     let bad = m.pci_node("0000:02:00.0").unwrap();
     assert_eq!((bad.vendor, bad.device, bad.class, bad.numa_node, bad.link), (None, None, None, None, None));

@@ -156,6 +156,10 @@ fn every_check_fails_on_the_input_that_breaks_it() {
             !got.is_empty() && got.iter().all(|(s, _)| *s == Status::Fail),
             "{check} does not fail when the plugin breaks it ({flaw}): {got:?}"
         );
+        // A failure reads as prose: no Rust debug syntax (`Some("0,1")`, `None`) reaches the user.
+        for (_, detail) in &got {
+            assert!(!detail.contains("Some(") && !detail.contains("None"), "{check}: {detail}");
+        }
         let capability = CHECKS.iter().find(|(_, n)| *n == check).unwrap().0;
         assert_eq!(result.tiers[capability].tier, "none", "{check} failing must cost {capability} its tier");
     }

@@ -38,7 +38,7 @@ impl Vendor for Toy {
     }
 
     fn discover(&self, _host: &Host, _platform: &Machine) -> Report {
-        let link = |a: &str, b: &str, kind| Link { a: a.into(), b: b.into(), kind, count: 2, gbps: None };
+        let link = |a: &str, b: &str, kind| Link::new(a, b, kind, 2, None);
         Report {
             accelerators: vec![acc("t-0"), acc("t-1"), acc("t-2")],
             links: vec![link("t-0", "t-1", ETH), link("t-1", "t-2", LinkKind::new("mystery"))],

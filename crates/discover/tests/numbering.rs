@@ -199,11 +199,12 @@ fn neuron_ids_from_device_links_not_pci_order() {
     t.add_file(format!("{NEURON}/neuron0/connected_devices"), "1");
     let m = run(t);
     assert_eq!(files(&m, "0000:10:00.0"), ["/dev/neuron1"]);
-    assert_eq!(isolation(&m, "0000:10:00.0"), ["8-15"]);
+    // Logical NeuronCores: 8 physical per Trainium2, 4 at the runtime's default LNC=2.
+    assert_eq!(isolation(&m, "0000:10:00.0"), ["4-7"]);
     assert_eq!(files(&m, "0000:11:00.0"), ["/dev/neuron3"]);
-    assert_eq!(isolation(&m, "0000:11:00.0"), ["24-31"]);
+    assert_eq!(isolation(&m, "0000:11:00.0"), ["12-15"]);
     assert_eq!(files(&m, "0000:13:00.0"), ["/dev/neuron0"]);
-    assert_eq!(isolation(&m, "0000:13:00.0"), ["0-7"]);
+    assert_eq!(isolation(&m, "0000:13:00.0"), ["0-3"]);
     // neuron0's neighbour 1 is the device at 10:00.0 (the old code linked 10:00.0 and 11:00.0).
     let ids: Vec<(&str, &str)> = m.links.iter().map(|l| (l.a.as_str(), l.b.as_str())).collect();
     assert_eq!(ids, [("aws-0000:10:00.0", "aws-0000:13:00.0")]);
@@ -213,12 +214,12 @@ fn neuron_ids_from_device_links_not_pci_order() {
 #[test]
 fn neuron_ids_are_the_drivers_even_without_links() {
     // Ids 0, 1, 4, 5 (two devices failed to probe, or were numbered by routing id): the files and
-    // core ids are the driver's N, paired in PCI order with a warning. The old code gave
-    // /dev/neuron2 and cores 16-23 to the third device.
+    // core ids are the driver's N (times 4 logical cores at LNC=2), paired in PCI order with a
+    // warning. The old code gave /dev/neuron2 and cores 16-23 (physical) to the third device.
     let m = run(neuron_tree(&[0, 1, 4, 5]));
     assert_eq!(files(&m, "0000:12:00.0"), ["/dev/neuron4"]);
-    assert_eq!(isolation(&m, "0000:12:00.0"), ["32-39"]);
-    assert_eq!(isolation(&m, "0000:13:00.0"), ["40-47"]);
+    assert_eq!(isolation(&m, "0000:12:00.0"), ["16-19"]);
+    assert_eq!(isolation(&m, "0000:13:00.0"), ["20-23"]);
     assert!(warned(&m, &[NEURON, "paired in PCI order", "0000:12:00.0=neuron4"]));
 }
 

@@ -352,13 +352,7 @@ impl Vendor for Sloppy {
         };
         Report {
             accelerators: vec![acc("s-0", "S\u{1b}[1m"), acc("s-0", "again")],
-            links: vec![Link {
-                a: "s-0".into(),
-                b: "nowhere".into(),
-                kind: LinkKind::new("nvlink"),
-                count: 1,
-                gbps: None,
-            }],
+            links: vec![Link::new("s-0", "nowhere", LinkKind::new("nvlink"), 1, None)],
             ..Report::default()
         }
     }

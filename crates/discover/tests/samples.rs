@@ -277,7 +277,8 @@ fn dgx_h100() {
     assert!(m.accelerators.iter().all(|a| a.memory_bytes == Some(85520809984)));
     assert_eq!(m.accelerators.iter().map(|a| a.numa_node.unwrap()).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
     all_pairs(&m, "NV18");
-    assert_eq!(m.nics.len(), 8);
+    // 8 compute ports and 2 dual-port storage cards (the DGX BasePOD spec).
+    assert_eq!(m.nics.len(), 12);
     assert!(m.nics.iter().all(|n| n.rdma && n.speed_mbps == Some(400_000)));
     // As in the published `nvidia-smi topo -m` (vllm-project/vllm#13855): own NIC PXB, other
     // NICs of the socket NODE, the other socket SYS.
@@ -365,7 +366,9 @@ fn tpu_trn2_gaudi3_mixed() {
     assert_eq!(m.links.len(), 32, "4x4 torus");
     assert_eq!(class(&m, 0, 1), "NL1");
     assert_eq!(class(&m, 0, 12), "NL1");
-    assert_eq!(m.attributes["aws.neuron_cores"], "128");
+    // 8 physical cores per device, grouped two by two by the runtime's default LNC=2.
+    assert_eq!(m.attributes["aws.neuron_cores"], "64");
+    assert_eq!(m.attributes["aws.neuron_physical_cores"], "128");
     assert_eq!(m.nics.len(), 16);
     assert!(m.domains.iter().any(|d| d.kind == DomainKind::ZONE && d.source.starts_with("ec2-imds")));
 
@@ -387,8 +390,10 @@ fn tpu_trn2_gaudi3_mixed() {
     assert_eq!(iso.env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
 }
 
-/// Ray counts `neuron_cores` in NeuronCores: a trn2.48xlarge has 16 devices of 8 cores, so 128,
-/// and each device's NEURON_RT_VISIBLE_CORES range starts after the cores of the ones before it.
+/// Ray counts `neuron_cores` in logical NeuronCores: a trn2.48xlarge has 16 devices of 8 physical
+/// cores, which the runtime's default LNC=2 presents as 4 each, so 64, and each device's
+/// NEURON_RT_VISIBLE_CORES range starts after the cores of the ones before it. With
+/// NEURON_LOGICAL_NC_CONFIG=1 in the environment, 128.
 #[test]
 fn trn2_counts_neuron_cores_in_cores() {
     let m = machine("trn2");
@@ -398,9 +403,16 @@ fn trn2_counts_neuron_cores_in_cores() {
         .filter(|a| a.vocabulary.ray_resource.as_deref() == Some("neuron_cores"))
         .map(|a| a.vocabulary.ray_units.unwrap_or(0.0))
         .sum();
-    assert_eq!(units, 128.0);
+    assert_eq!(units, 64.0);
     let iso = accel_discover::isolate(&default_plugins(), &m, &[&m.accelerators[1].id, &m.accelerators[3].id]);
-    assert_eq!(iso.env["NEURON_RT_VISIBLE_CORES"], "8-15,24-31");
+    assert_eq!(iso.env["NEURON_RT_VISIBLE_CORES"], "4-7,12-15");
+    let host = accel_discover::samples::host("trn2", SkuRegistry::builtin())
+        .unwrap()
+        .with_env([("NEURON_LOGICAL_NC_CONFIG".to_owned(), "1".to_owned())].into());
+    let lnc1 = discover(&host, &default_plugins());
+    assert_eq!(lnc1.attributes["aws.neuron_cores"], "128");
+    let iso = accel_discover::isolate(&default_plugins(), &lnc1, &[&lnc1.accelerators[1].id]);
+    assert_eq!(iso.env["NEURON_RT_VISIBLE_CORES"], "8-15");
 }
 
 /// HABANA_VISIBLE_MODULES takes module ids, which on this sample differ from PCI order.

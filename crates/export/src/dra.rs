@@ -225,7 +225,8 @@ fn device(machine: &Machine, acc: &Accelerator, island: Option<&(usize, String, 
         attrs.insert("scaleUpKind".into(), string(kind));
         attrs.insert("scaleUpIslandSize".into(), Attribute::Int(*size as i64));
     }
-    // The scale-up domain that spans nodes (an NVLink clique, a TPU slice), whatever its kind.
+    // The device's scale-up domain (an NVLink clique, a TPU slice, an xGMI hive), whatever its
+    // kind; a node-local one is qualified by the node (`resource_slices` scoped the machine).
     let domain =
         machine.domains.iter().find(|d| d.scale_up && (d.accelerators.is_empty() || d.accelerators.contains(&acc.id)));
     if let Some(d) = domain {
@@ -294,6 +295,8 @@ pub fn resource_slices(machine: &Machine, node: &str, driver: &str) -> Result<Sl
     if node_label.is_empty() {
         return Err(ExportError::Input(format!("node name {node:?} has nothing usable in a DNS label")));
     }
+    let scoped = machine.scoped_to(node);
+    let machine = &scoped;
     let mut island_of: BTreeMap<String, (usize, String, usize)> = BTreeMap::new();
     for (k, (kind, members)) in islands(machine).into_iter().enumerate() {
         for m in &members {

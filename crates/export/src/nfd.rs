@@ -39,7 +39,9 @@ pub fn topograph_value(text: &str) -> String {
 /// node (EC2 network nodes, deepest first) as `leaf`, `spine` and `core`.
 pub fn topograph_labels(machine: &Machine) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    if let Some(clique) = machine.domains.iter().find(|d| d.scale_up) {
+    // topograph groups nodes into blocks by `accelerator`: a node-local domain (an xGMI hive)
+    // would be a block of one node, so only a domain that can span nodes is published.
+    if let Some(clique) = machine.domains.iter().find(|d| d.scale_up && !d.node_local()) {
         out.insert(format!("{TOPOGRAPH}/accelerator"), topograph_value(&clique.name));
     }
     // `layer-1:nn-...` (top) ... `layer-3:nn-...` (closest to the instance).

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use accel_discover::labels::{label_value, ray_accelerator_type};
 use accel_model::{Accelerator, Health, Machine};
-use accel_plan::{machine_domains, Cluster};
+use accel_plan::{node_domains, Cluster};
 use serde::Serialize;
 
 use crate::ExportError;
@@ -47,7 +47,7 @@ pub fn export(cluster: &Cluster, dev_dir: &str) -> Result<SlurmFiles, ExportErro
     for node in &cluster.nodes {
         check_name(&node.name)?;
         let machine = cluster.machine(node).map_err(|e| ExportError::Input(e.to_string()))?;
-        let mut domains = machine_domains(machine);
+        let mut domains = node_domains(machine, &node.name);
         domains.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         nodes.push(NodeInfo { name: &node.name, machine, domains });
     }
@@ -171,7 +171,9 @@ fn node_lines(node: &NodeInfo, dev_dir: &str, files: &mut SlurmFiles) {
         node.name,
         sockets_n * per_socket
     );
-    let memory: u64 = machine.numa_nodes.iter().filter_map(|n| n.memory_bytes).sum();
+    // Host memory only: a NUMA node that is a device's memory (GPU HBM on Grace, POWER9) is not
+    // Slurm's RealMemory.
+    let memory: u64 = machine.numa_nodes.iter().filter(|n| n.memory_of.is_none()).filter_map(|n| n.memory_bytes).sum();
     if memory > 0 {
         line += &format!(" RealMemory={}", memory >> 20);
     }
@@ -360,11 +362,14 @@ fn topology_yaml(nodes: &[NodeInfo], tree: &Tree, warnings: &mut Vec<String>) ->
         block: None,
         torus3d: None,
     }];
-    // One block topology per kind of scale-up domain the machines carry (an NVLink clique:
-    // NVL72), named after the kind.
+    // One block topology per kind of scale-up domain the machines carry that can span nodes (an
+    // NVLink clique: NVL72), named after the kind. A node-local one (an xGMI hive, a one-host
+    // TPU slice) would be a block of one node, which says nothing Slurm does not know.
     let mut scale_up: Vec<String> = nodes
         .iter()
-        .flat_map(|n| n.machine.domains.iter().filter(|d| d.scale_up).map(|d| d.kind.as_str().to_owned()))
+        .flat_map(|n| {
+            n.machine.domains.iter().filter(|d| d.scale_up && !d.node_local()).map(|d| d.kind.as_str().to_owned())
+        })
         .collect();
     scale_up.sort();
     scale_up.dedup();
@@ -420,7 +425,8 @@ fn topology_yaml(nodes: &[NodeInfo], tree: &Tree, warnings: &mut Vec<String>) ->
 /// family whose scale-up is one, with `torus.chips`, `torus.chips_per_host` and `torus.host`):
 /// Slurm gets a 3-D torus of hosts for each such domain instead of a block.
 fn torus_kinds(nodes: &[NodeInfo]) -> BTreeSet<String> {
-    nodes.iter().filter_map(|n| n.machine.attributes.get("torus.domain").cloned()).collect()
+    let spans = |n: &NodeInfo, kind: &str| n.machine.domains.iter().any(|d| d.kind.as_str() == kind && !d.node_local());
+    nodes.iter().filter_map(|n| n.machine.attributes.get("torus.domain").filter(|k| spans(n, k)).cloned()).collect()
 }
 
 /// Nodes by the value of one domain kind.

@@ -151,6 +151,17 @@ fn nvl72_tray_carries_its_clique() {
 }
 
 #[test]
+fn an_xgmi_hive_is_qualified_by_its_node() {
+    // Two nodes of one MI355X capture share its KFD hive id; a hive never spans nodes.
+    let machine = samples::machine("mi355x").unwrap();
+    for node in ["mi355x-0", "mi355x-1"] {
+        let slices = check(&machine, node);
+        let hives: BTreeSet<&str> = attr(&slices, "scaleUpDomain").iter().filter_map(|a| a.string.as_deref()).collect();
+        assert_eq!(hives, BTreeSet::from([format!("{node}.8a3f5e2d1c0b0a09").as_str()]));
+    }
+}
+
+#[test]
 fn mig_partitions_consume_shared_counters() {
     let machine = test_only("dgx-h100-mig");
     let slices = check(&machine, "dgx-mig");

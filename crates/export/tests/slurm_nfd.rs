@@ -209,6 +209,10 @@ fn tpu_worker(worker: u32) -> Machine {
         m.attributes.insert(k.into(), if v.is_empty() { worker.to_string() } else { v.into() });
     }
     m.accelerators.truncate(4);
+    // The slice spans four hosts (discovery derives this from the same two attributes).
+    for d in m.domains.iter_mut().filter(|d| d.kind.as_str() == "tpu_slice") {
+        d.nodes = Some(4);
+    }
     m
 }
 
@@ -307,6 +311,7 @@ fn nfd_topograph_network_layers() {
             source: "test".into(),
             accelerators: Vec::new(),
             scale_up: false,
+            nodes: None,
         });
     }
     let labels = nfd::topograph_labels(&machine);
@@ -326,6 +331,7 @@ fn nfd_refuses_files_over_64_kib() {
             source: "test".into(),
             accelerators: Vec::new(),
             scale_up: false,
+            nodes: None,
         });
     }
     let err = nfd::features_file(&machine, 0).unwrap_err();
@@ -358,4 +364,18 @@ fn a_node_with_an_unhealthy_device_drains_with_its_reasons() {
     c.health.unknown = accel_plan::UnknownHealth::Allow;
     let files = slurm::export(&c, "/dev").unwrap();
     assert!(files.nodes_conf.contains("GPU2 unhealthy") && !files.nodes_conf.contains("GPU3"), "{}", files.nodes_conf);
+}
+
+/// GPU memory exposed as NUMA nodes (POWER9's six V100, nodes 250-255) is the GPUs' memory, not
+/// the host's: RealMemory counts the two CPU nodes only (123.8 + 127.7 GiB in that capture).
+#[test]
+fn real_memory_leaves_out_gpu_memory_nodes() {
+    let machine = samples::machine("hwloc-power9-v100-numa").unwrap();
+    let gpu_memory: Vec<u32> = machine.numa_nodes.iter().filter(|n| n.memory_of.is_some()).map(|n| n.id).collect();
+    assert_eq!(gpu_memory, [250, 251, 252, 253, 254, 255]);
+    let host: u64 = machine.numa_nodes.iter().filter(|n| n.memory_of.is_none()).filter_map(|n| n.memory_bytes).sum();
+    let all: u64 = machine.numa_nodes.iter().filter_map(|n| n.memory_bytes).sum();
+    assert!(all > host);
+    let files = slurm::export(&cluster(&[("hwloc-power9-v100-numa", 1)], None), "/dev").unwrap();
+    assert!(files.nodes_conf.contains(&format!(" RealMemory={} ", host >> 20)), "{}", files.nodes_conf);
 }

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use accel_discover::fs::MemTree;
-use accel_discover::osdevs::{FunctionOsDevs, OsDev, OsDevFile, OSDEVS_FORMAT, OSDEVS_PATH};
+use accel_discover::osdevs::{
+    valid_name, FunctionOsDevs, Matrix, MatrixObject, NumaRecord, OsDev, OsDevFile, OSDEVS_FORMAT, OSDEVS_PATH,
+};
 use accel_model::CpuSet;
 
 use crate::xml::{Pci, Topology};
@@ -179,12 +181,39 @@ pub fn build(topo: &Topology, warnings: &mut Vec<String>) -> (MemTree, Summary) 
         machine: topo.infos.clone(),
         functions,
         other: topo.other_osdevs.iter().map(osdev_record).collect(),
+        matrices: topo.matrices.iter().map(matrix_record).collect(),
+        links: Vec::new(),
+        numa: topo
+            .numa
+            .iter()
+            .filter(|(_, n)| n.subtype.is_some() || !n.infos.is_empty())
+            .map(|(id, n)| NumaRecord { node: *id, subtype: n.subtype.clone(), infos: n.infos.clone() })
+            .collect(),
     };
     summary.osdevs += file.other.len();
     let mut json = serde_json::to_vec_pretty(&file).unwrap_or_default();
     json.push(b'\n');
     t.add_file(OSDEVS_PATH, json);
     (t, summary)
+}
+
+/// A distance matrix as the generic file records it.
+fn matrix_record(m: &crate::xml::Matrix) -> Matrix {
+    Matrix {
+        name: m.name.clone(),
+        kind: m.kind,
+        objects: m
+            .objects
+            .iter()
+            .map(|o| MatrixObject {
+                kind: o.kind.clone(),
+                pci: o.pci.map(|a| a.to_string()),
+                name: o.name.clone(),
+                os_index: o.os_index,
+            })
+            .collect(),
+        values: m.values.clone(),
+    }
 }
 
 /// An OS device as the generic file records it.
@@ -210,15 +239,6 @@ fn pci_dir(p: &Pci) -> String {
 /// levels below `/sys`.
 fn under_sys(path: &str) -> &str {
     path.strip_prefix("/sys/").unwrap_or(path)
-}
-
-/// A netdev or RDMA device name usable as one path component (and a bundle path: no spaces).
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name != "."
-        && name != ".."
-        && name.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != '\\')
 }
 
 /// The RDMA device's files from hwloc's infos: `NodeGUID`, `SysImageGUID`, and per port

@@ -42,6 +42,10 @@ const MAX_INFO_NAME: usize = 128;
 const MAX_INFO_VALUE: usize = 4096;
 /// The most warnings kept (the rest are counted).
 const MAX_WARNINGS: usize = 200;
+/// The most objects of one distance matrix other than NUMA latencies (a GPU matrix holds one
+/// row per runtime device: 24 on a 4-APU node in CPX mode) and the most such matrices.
+const MAX_MATRIX_OBJECTS: usize = 1024;
+const MAX_MATRICES: usize = 64;
 
 /// The two XML formats hwloc writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +66,33 @@ pub struct Numa {
     pub memory: Option<u64>,
     /// `subtype` (`GPUMemory`, `HBM`...): a node with one is a memory-only node.
     pub subtype: Option<String>,
+    /// Its infos (`PCIBusID` names the GPU whose memory a `GPUMemory` node is).
+    pub infos: BTreeMap<String, String>,
+}
+
+/// An object a distance matrix names, as far as the importer can say what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjRef {
+    /// hwloc's object type (`OSDev`, `PCIDev`, `Package`, `NUMANode`...).
+    pub kind: String,
+    /// The PCI function the object is, or hangs under.
+    pub pci: Option<PciAddr>,
+    /// An OS device's name (`nvml0`, `rsmi3`).
+    pub name: Option<String>,
+    pub os_index: Option<u32>,
+}
+
+/// A distance matrix other than the NUMA latencies (`<distances2>` or `<distances2hetero>`):
+/// `NVLinkBandwidth`, `XGMIBandwidth`, `XGMIHops`... kept as written, for the families to read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matrix {
+    pub name: String,
+    /// hwloc's kind bits (1 from the OS, 2 from the user, 4 latency, 8 bandwidth, 16 hops in
+    /// 3.0, 32 heterogeneous types).
+    pub kind: u64,
+    pub objects: Vec<ObjRef>,
+    /// Row-major, `objects.len()` squared.
+    pub values: Vec<u64>,
 }
 
 /// One PCI function (an endpoint or a bridge).
@@ -118,6 +149,8 @@ pub struct Topology {
     pub numa: BTreeMap<u32, Numa>,
     /// NUMA latency matrix: node ids (OS indexes) and row-major values.
     pub distances: Option<(Vec<u32>, Vec<u64>)>,
+    /// Every other distance matrix, resolved to the objects it names.
+    pub matrices: Vec<Matrix>,
     /// PCI functions, parents before children.
     pub pci: Vec<Pci>,
     /// OS devices that hang from no PCI function (a host bridge, the machine): kept in the
@@ -142,7 +175,7 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
         return Err(ImportError::TooLarge(MAX_XML_BYTES));
     }
     let text = std::str::from_utf8(bytes).map_err(|e| ImportError::NotXml(format!("not UTF-8: {e}")))?;
-    if nesting(text) > MAX_NESTING {
+    if accel_discover::osdevs::xml_depth(text, MAX_NESTING).is_err() {
         return Err(ImportError::NotHwloc(format!(
             "elements nest deeper than {MAX_NESTING} (or an entity declaration holds markup)"
         )));
@@ -166,21 +199,37 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
         pus: BTreeSet::new(),
         numa: BTreeMap::new(),
         distances: None,
+        matrices: Vec::new(),
         pci: Vec::new(),
         other_osdevs: Vec::new(),
         warnings: Vec::new(),
     };
     let mut objects = 0;
+    let mut refs = Refs::default();
+    for child in root.children().filter(|c| c.is_element()) {
+        if child.tag_name().name() == "object" {
+            objects += 1;
+            if objects == 1 {
+                topo.infos = infos(&child, &mut topo);
+            }
+            walk(child, &mut topo, &mut refs);
+        }
+    }
+    // Distances come after the objects they name; read them once every object is known.
     for child in root.children().filter(|c| c.is_element()) {
         match child.tag_name().name() {
-            "object" => {
-                objects += 1;
-                if objects == 1 {
-                    topo.infos = infos(&child, &mut topo);
-                }
-                walk(child, &mut topo);
+            "distances2" if topo.distances.is_none() && is_numa_latency(&child) => {
+                topo.distances = distances(&child, &mut topo)
             }
-            "distances2" if topo.distances.is_none() => topo.distances = distances(&child, &mut topo),
+            name @ ("distances2" | "distances2hetero") => {
+                if topo.matrices.len() >= MAX_MATRICES {
+                    topo.warn(format!("more than {MAX_MATRICES} distance matrices; the rest left out"));
+                    break;
+                }
+                if let Some(m) = matrix(&child, name == "distances2hetero", &refs, &mut topo) {
+                    topo.matrices.push(m);
+                }
+            }
             _ => {}
         }
     }
@@ -194,100 +243,6 @@ pub fn parse(bytes: &[u8]) -> Result<Topology, ImportError> {
     Ok(topo)
 }
 
-/// The deepest element nesting, counted from the markup alone before parsing (the parser
-/// recurses, so a hostile file could otherwise overflow the stack). `<` starts markup wherever it
-/// appears outside comments, CDATA and processing instructions (attribute values cannot hold
-/// it); a tag ends at the first `>` outside a quoted attribute value, so `/>` or `>` inside a
-/// value hides nothing; comments, CDATA sections, processing instructions and declarations do
-/// not nest, and a closing tag inside them closes nothing. An entity declaration that holds
-/// markup (hwloc never writes one) could expand to elements the scan cannot see, so it counts
-/// as too deep (`usize::MAX`).
-fn nesting(text: &str) -> usize {
-    let bytes = text.as_bytes();
-    let find = |from: usize, pat: &[u8]| {
-        bytes[from.min(bytes.len())..].windows(pat.len()).position(|w| w == pat).map(|p| from + p + pat.len())
-    };
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let mut i = 0;
-    while let Some(off) = bytes[i..].iter().position(|&b| b == b'<') {
-        let start = i + off;
-        let rest = &bytes[start..];
-        let end = if rest.starts_with(b"<!--") {
-            find(start + 4, b"-->")
-        } else if rest.starts_with(b"<![CDATA[") {
-            find(start + 9, b"]]>")
-        } else if rest.starts_with(b"<?") {
-            find(start + 2, b"?>")
-        } else if rest.starts_with(b"<!") {
-            // A declaration (DOCTYPE with its internal subset): skipped whole, brackets and
-            // quotes included; an entity holding markup refuses the file.
-            let (end, refuse) = declaration_end(bytes, start);
-            if refuse {
-                return usize::MAX;
-            }
-            end
-        } else {
-            let end = tag_end(bytes, start);
-            match rest.get(1) {
-                Some(b'/') => depth = depth.saturating_sub(1),
-                _ if end.is_some_and(|e| bytes[e - 2] == b'/') => {}
-                _ => {
-                    depth += 1;
-                    deepest = deepest.max(depth);
-                }
-            }
-            end
-        };
-        match end {
-            Some(e) if e < bytes.len() => i = e,
-            _ => break,
-        }
-    }
-    deepest
-}
-
-/// Where the tag opened at `start` ends (just past its `>`), skipping quoted attribute values.
-fn tag_end(bytes: &[u8], start: usize) -> Option<usize> {
-    let mut quote = None;
-    for (k, &b) in bytes.iter().enumerate().skip(start + 1) {
-        match (quote, b) {
-            (None, b'"' | b'\'') => quote = Some(b),
-            (Some(q), _) if b == q => quote = None,
-            (None, b'>') => return Some(k + 1),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// Where the declaration opened at `start` ends (just past its `>`, outside quotes and its
-/// `[...]` internal subset), and whether it declares an entity whose value holds markup.
-fn declaration_end(bytes: &[u8], start: usize) -> (Option<usize>, bool) {
-    let (mut quote, mut brackets, mut refuse) = (None, 0usize, false);
-    let mut in_entity = false;
-    let mut k = start + 2;
-    while k < bytes.len() {
-        let b = bytes[k];
-        match (quote, b) {
-            (Some(q), _) if b == q => quote = None,
-            (Some(_), b'<' | b'&') if in_entity => refuse = true,
-            (Some(_), _) => {}
-            (None, b'"' | b'\'') => quote = Some(b),
-            (None, b'[') => brackets += 1,
-            (None, b']') => brackets = brackets.saturating_sub(1),
-            (None, b'<') if bytes[k..].starts_with(b"<!ENTITY") => in_entity = true,
-            (None, b'<') if bytes[k..].starts_with(b"<!--") => {
-                k = bytes[k + 4..].windows(3).position(|w| w == b"-->").map_or(bytes.len(), |p| k + 4 + p + 2);
-            }
-            (None, b'>') if brackets == 0 => return (Some(k + 1), refuse),
-            (None, b'>') => in_entity = false,
-            _ => {}
-        }
-        k += 1;
-    }
-    (None, refuse)
-}
-
 /// What an object passes to the objects inside it.
 #[derive(Debug, Clone, Default)]
 struct Context {
@@ -299,12 +254,25 @@ struct Context {
     nodeset: Option<CpuSet>,
 }
 
-fn walk(top: roxmltree::Node, topo: &mut Topology) {
+/// Every object by its `gp_index`, and by type and OS index, for the matrices to name.
+#[derive(Debug, Default)]
+struct Refs {
+    by_gp: BTreeMap<u64, ObjRef>,
+    by_os: BTreeMap<(String, u32), ObjRef>,
+}
+
+fn walk(top: roxmltree::Node, topo: &mut Topology, refs: &mut Refs) {
     // An explicit stack: nesting depth is the input's to choose.
     let mut stack = vec![(top, Context::default())];
     while let Some((node, ctx)) = stack.pop() {
         let mut inner = ctx.clone();
         let kind = node.attribute("type").unwrap_or("");
+        let reference = |pci: Option<usize>, topo: &Topology| ObjRef {
+            kind: clean(kind, 32),
+            pci: pci.map(|i| topo.pci[i].addr),
+            name: (kind == "OSDev").then(|| clean(node.attribute("name").unwrap_or(""), 256)),
+            os_index: id(node.attribute("os_index")),
+        };
         if let Some(set) = node.attribute("cpuset").filter(|_| !is_io(kind)) {
             match mask(set) {
                 Some(cpus) => inner.cpuset = Some(cpus),
@@ -344,6 +312,16 @@ fn walk(top: roxmltree::Node, topo: &mut Topology) {
             "OSDev" => osdev(node, &ctx, topo),
             _ => {}
         }
+        if refs.by_gp.len() < MAX_PCI + MAX_OSDEVS + MAX_NUMA {
+            let pci = if matches!(kind, "Bridge" | "PCIDev") { inner.pci } else { ctx.pci };
+            let r = reference(pci, topo);
+            if let Some(os) = r.os_index {
+                refs.by_os.entry((r.kind.clone(), os)).or_insert_with(|| r.clone());
+            }
+            if let Some(gp) = node.attribute("gp_index").and_then(|g| g.trim().parse::<u64>().ok()) {
+                refs.by_gp.insert(gp, r);
+            }
+        }
         let children: Vec<_> = node.children().filter(|c| c.has_tag_name("object")).collect();
         for child in children.into_iter().rev() {
             stack.push((child, inner.clone()));
@@ -366,7 +344,8 @@ fn numa(node: roxmltree::Node, ctx: &Context, topo: &mut Topology) {
     }
     let memory = node.attribute("local_memory").and_then(|m| m.parse::<u64>().ok());
     let subtype = node.attribute("subtype").map(|s| clean(s, 64));
-    let entry = Numa { locality: ctx.cpuset.clone().unwrap_or_default(), memory, subtype };
+    let infos = infos(&node, topo);
+    let entry = Numa { locality: ctx.cpuset.clone().unwrap_or_default(), memory, subtype, infos };
     if topo.numa.insert(os, entry).is_some() {
         topo.warn(format!("NUMA node {os} appears twice; the last one kept"));
     }
@@ -496,10 +475,7 @@ fn infos(node: &roxmltree::Node, topo: &mut Topology) -> BTreeMap<String, String
     out
 }
 
-/// `text` without control characters (each becomes `?`), at most `max` characters.
-pub fn clean(text: &str, max: usize) -> String {
-    text.chars().take(max).map(|c| if c.is_control() { '?' } else { c }).collect()
-}
+pub use accel_discover::osdevs::clean;
 
 fn id(text: Option<&str>) -> Option<u32> {
     text?.trim().parse::<u32>().ok().filter(|&v| v < MAX_ID)
@@ -551,17 +527,88 @@ fn parse_pci_type(text: &str) -> Option<PciType> {
     Some(PciType { class, vendor, device, subsystem, revision, prog_if })
 }
 
+/// Whether a `<distances2>` is a NUMA latency matrix (hwloc's kind bit 4 is latency, or its name
+/// says so).
+fn is_numa_latency(node: &roxmltree::Node) -> bool {
+    let kind: u64 = node.attribute("kind").and_then(|k| k.parse().ok()).unwrap_or(0);
+    node.attribute("type") == Some("NUMANode") && (kind & 4 != 0 || node.attribute("name") == Some("NUMALatency"))
+}
+
+/// Any other matrix, its objects resolved: `<distances2 type= indexing="gp"|"os">` names objects
+/// of one type by global or OS index, `<distances2hetero>` each as `Type:gp_index`. A matrix
+/// with an object the file does not hold, a count or value out of bounds, is left out with a
+/// warning naming it.
+fn matrix(node: &roxmltree::Node, hetero: bool, refs: &Refs, topo: &mut Topology) -> Option<Matrix> {
+    let name = clean(node.attribute("name").unwrap_or("(unnamed)"), 64);
+    let kind: u64 = node.attribute("kind").and_then(|k| k.trim().parse().ok()).unwrap_or(0);
+    let n: usize = match node.attribute("nbobjs").and_then(|v| v.trim().parse().ok()) {
+        Some(n) if n > 0 && n <= MAX_MATRIX_OBJECTS => n,
+        _ => {
+            topo.warn(format!(
+                "distance matrix {name}: nbobjs {} is not between 1 and {MAX_MATRIX_OBJECTS}; left out",
+                clean(node.attribute("nbobjs").unwrap_or(""), 20)
+            ));
+            return None;
+        }
+    };
+    let of_type = clean(node.attribute("type").unwrap_or(""), 32);
+    let by_os = node.attribute("indexing") == Some("os");
+    let mut objects = Vec::with_capacity(n);
+    let mut values = Vec::with_capacity(n * n);
+    let mut bad: Option<String> = None;
+    for child in node.children().filter(|c| c.is_element()) {
+        let text = child.text().unwrap_or("");
+        match child.tag_name().name() {
+            "indexes" => {
+                for t in text.split_whitespace() {
+                    if objects.len() >= n {
+                        break;
+                    }
+                    let found = if hetero {
+                        t.split_once(':').and_then(|(_, gp)| gp.parse::<u64>().ok()).and_then(|gp| refs.by_gp.get(&gp))
+                    } else if by_os {
+                        t.parse::<u32>().ok().and_then(|os| refs.by_os.get(&(of_type.clone(), os)))
+                    } else {
+                        t.parse::<u64>().ok().and_then(|gp| refs.by_gp.get(&gp))
+                    };
+                    match found {
+                        Some(r) => objects.push(r.clone()),
+                        None => {
+                            bad.get_or_insert_with(|| {
+                                format!("names object {} that the file does not hold", clean(t, 40))
+                            });
+                        }
+                    }
+                }
+            }
+            "u64values" => {
+                for t in text.split_whitespace() {
+                    if values.len() >= n * n {
+                        break;
+                    }
+                    match t.parse::<u64>() {
+                        Ok(v) => values.push(v),
+                        Err(_) => {
+                            bad.get_or_insert_with(|| format!("value {} is not a number", clean(t, 40)));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if bad.is_none() && (objects.len() != n || values.len() != n * n) {
+        bad = Some(format!("{} objects and {} values for {n} objects", objects.len(), values.len()));
+    }
+    if let Some(why) = bad {
+        topo.warn(format!("distance matrix {name}: {why}; left out"));
+        return None;
+    }
+    Some(Matrix { name, kind, objects, values })
+}
+
 /// The first NUMA latency matrix (`<distances2 type="NUMANode">` by OS index).
 fn distances(node: &roxmltree::Node, topo: &mut Topology) -> Option<(Vec<u32>, Vec<u64>)> {
-    if node.attribute("type") != Some("NUMANode") {
-        return None;
-    }
-    let kind: u64 = node.attribute("kind").and_then(|k| k.parse().ok()).unwrap_or(0);
-    let name = node.attribute("name").unwrap_or("");
-    // hwloc's kind bits: 4 means latency; 8 bandwidth.
-    if kind & 4 == 0 && name != "NUMALatency" {
-        return None;
-    }
     if node.attribute("indexing").is_some_and(|i| i != "os") {
         topo.warn("NUMA distances not indexed by OS index; left out".into());
         return None;
@@ -618,15 +665,7 @@ mod tests {
         assert_eq!(osdev_types(Format::V3, "48"), ["network", "openfabrics"]);
         assert_eq!(osdev_types(Format::V2, "3"), ["openfabrics"]);
         assert!(osdev_types(Format::V2, "99").is_empty());
-        assert_eq!(clean("a\nb\u{1b}", 10), "a?b?");
         assert!(mask("0xf...f").is_none());
         assert_eq!(mask("0x00010000,0x00000001").unwrap().to_string(), "0,48");
-        assert_eq!(nesting("<a><b/><c x='1'><d></d></c></a>"), 3);
-        assert_eq!(nesting("<?xml?><!DOCTYPE x><a>"), 1);
-        assert_eq!(nesting("<"), 1);
-        assert_eq!(nesting("<a x='/>'><b y=\">\"><c/></b></a>"), 2);
-        assert_eq!(nesting("<a><!-- </a></a> --><b><![CDATA[</b>]]><c>"), 3);
-        assert_eq!(nesting("<!DOCTYPE t [<!ENTITY e \"x\">]><a>"), 1);
-        assert_eq!(nesting("<!DOCTYPE t [<!ENTITY e \"<a><a>\">]><a>"), usize::MAX);
     }
 }

@@ -30,6 +30,10 @@ const XMLS: &[&str] = &[
     "aws-p6-b200-48xlarge.xml",
     "aws-p6-b300-48xlarge.xml",
     "aws-p6e-gb200-36xlarge.xml",
+    "dell-xe8640-4xh100.xml",
+    "hpe-ex255a-4xmi300a-cpx.xml",
+    "hpe-ex255a-4xmi300a-spx.xml",
+    "hpe-ex235a-4xmi250x.xml",
 ];
 
 /// PCI functions that appear twice in an XML (hwloc's own test file was edited by hand; a

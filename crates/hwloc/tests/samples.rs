@@ -1,4 +1,4 @@
-//! The embedded samples made from real hwloc XMLs (`test_data/hosts/aws-*`) are exactly what
+//! The embedded samples made from real hwloc XMLs (`test_data/hosts/aws-*`, `llnl-*`) are exactly what
 //! `accel import hwloc` writes from their source XML (`test_data/hwloc-xml/`), so a bundle is
 //! never edited by hand; and each imported sample loads as a sample with its accelerators.
 
@@ -11,6 +11,8 @@ const IMPORTED: &[(&str, &str)] = &[
     ("aws-p6-b200-48xlarge", "aws-p6-b200-48xlarge.xml"),
     ("aws-p6-b300-48xlarge", "aws-p6-b300-48xlarge.xml"),
     ("aws-p6e-gb200-36xlarge", "aws-p6e-gb200-36xlarge.xml"),
+    ("llnl-xe8640-4xh100", "dell-xe8640-4xh100.xml"),
+    ("llnl-ex255a-4xmi300a-cpx", "hpe-ex255a-4xmi300a-cpx.xml"),
 ];
 
 fn repo() -> &'static Path {

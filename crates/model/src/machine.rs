@@ -113,6 +113,17 @@ impl Machine {
     pub fn warn(&mut self, source: &str, path: Option<String>, message: impl Into<String>) {
         self.warnings.push(Warning { source: source.to_owned(), path, message: message.into() });
     }
+
+    /// This machine as node `node` of a cluster: every node-local domain renamed to its
+    /// [`Domain::scoped_name`], so that no two nodes share one. Labels and exports of one node
+    /// read the machine through this.
+    pub fn scoped_to(&self, node: &str) -> Machine {
+        let mut out = self.clone();
+        for d in &mut out.domains {
+            d.name = d.scoped_name(node);
+        }
+        out
+    }
 }
 
 /// What identifies the host itself.
@@ -137,6 +148,17 @@ pub struct NumaNode {
     /// SLIT distances to each node by id (10 = local).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub distances: BTreeMap<u32, u32>,
+    /// The accelerator whose memory this node is (GPU memory exposed as a CPU-less node on
+    /// Grace and POWER9): never a CPU node for affinity.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory_of: Option<String>,
+}
+
+impl NumaNode {
+    /// A node with CPUs, memory and distances, owned by no device.
+    pub fn new(id: u32, cpus: CpuSet, memory_bytes: Option<u64>, distances: BTreeMap<u32, u32>) -> NumaNode {
+        NumaNode { id, cpus, memory_bytes, distances, memory_of: None }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -501,6 +523,57 @@ pub struct Link {
     /// Bandwidth between the pair in GB/s, both directions together, where known.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub gbps: Option<f64>,
+    /// Hops between the pair over this fabric, where the source counts them (hwloc's `XGMIHops`):
+    /// 1 is a direct link.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hops: Option<u32>,
+    /// How accel knows of the link: seen on the machine (`observed`, the default, left out of
+    /// the JSON), or `declared` by the design of a system the SKU registry identifies, where the
+    /// capture holds no link evidence. An observed link always wins.
+    #[serde(skip_serializing_if = "LinkOrigin::is_observed", default)]
+    pub origin: LinkOrigin,
+    /// Where the link was read, where it is not the reporting plugin's own runtime: the matrix or
+    /// file element of an imported topology (`hwloc:NVLinkBandwidth`, `nccl:xgmi`), or the
+    /// registry entry of a declared link (`builtin:aws.toml system p5en.48xlarge`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source: Option<String>,
+}
+
+impl Link {
+    /// An observed link with no hop count and no separate source.
+    pub fn new(a: impl Into<String>, b: impl Into<String>, kind: LinkKind, count: u32, gbps: Option<f64>) -> Link {
+        Link { a: a.into(), b: b.into(), kind, count, gbps, hops: None, origin: LinkOrigin::Observed, source: None }
+    }
+
+    /// True when the link was declared by design rather than seen on the machine.
+    pub fn is_declared(&self) -> bool {
+        self.origin == LinkOrigin::Declared
+    }
+}
+
+/// How accel knows of a scale-up link ([`Link::origin`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkOrigin {
+    /// Read from the machine: a vendor runtime, the kernel, or a topology tool's record of it.
+    #[default]
+    Observed,
+    /// Fixed by the design of a system identified by its instance type, DMI product name or
+    /// baseboard, from the SKU registry; never read from this machine.
+    Declared,
+}
+
+impl LinkOrigin {
+    pub fn is_observed(&self) -> bool {
+        *self == LinkOrigin::Observed
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkOrigin::Observed => "observed",
+            LinkOrigin::Declared => "declared",
+        }
+    }
 }
 
 /// A grouping above (or across) the node, with where it came from.
@@ -513,11 +586,37 @@ pub struct Domain {
     /// The accelerators in it; empty means the whole node.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub accelerators: Vec<String>,
-    /// A scale-up fabric's domain that can span nodes (an NVLink clique, a TPU slice): the
-    /// accelerators in it reach each other over the fabric, not the network. Schedulers' "GPU
-    /// domain" (Slurm blocks, topograph's `accelerator` label, DRA's `scaleUpDomain`) is this.
+    /// A scale-up fabric's domain (an NVLink clique, a TPU slice, an xGMI hive): the accelerators
+    /// in it reach each other over the fabric, not the network. Schedulers' "GPU domain" (Slurm
+    /// blocks, topograph's `accelerator` label, DRA's `scaleUpDomain`) is this.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub scale_up: bool,
+    /// How many nodes the domain spans, where its family's evidence says: `1` for a domain that
+    /// cannot leave its node (an xGMI hive, a PCIe switch, a node-local NVSwitch) or a TPU slice
+    /// of one host; a TPU slice's host count. Absent where the cluster decides (an NVL72 clique
+    /// holds 1 to 18 trays: `--clique-trays`, node labels, a topology file) or for a domain
+    /// above the node (zone, rack).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub nodes: Option<u32>,
+}
+
+impl Domain {
+    /// Whether the domain lies within one node: its name is then unique only inside that node
+    /// (two nodes cloned from one capture share it), so views across nodes use
+    /// [`Domain::scoped_name`].
+    pub fn node_local(&self) -> bool {
+        self.nodes == Some(1)
+    }
+
+    /// The domain's name across a cluster: a node-local domain's qualified by its node
+    /// (`mi355x-0.8a3f5e2d1c0b0a09`), any other as it is. Already qualified names stay as they are.
+    pub fn scoped_name(&self, node: &str) -> String {
+        let prefix = format!("{node}.");
+        if !self.node_local() || node.is_empty() || self.name.starts_with(&prefix) {
+            return self.name.clone();
+        }
+        prefix + &self.name
+    }
 }
 
 /// Something discovery could not read or did not understand. Never fatal.

@@ -277,13 +277,7 @@ mod tests {
             speed_mbps: None,
             numa_node: Some(0),
         }];
-        m.links = vec![Link {
-            a: "x-0000:41:00.0".into(),
-            b: "x-0000:81:00.0".into(),
-            kind: LinkKind::new("nvlink"),
-            count: 4,
-            gbps: None,
-        }];
+        m.links = vec![Link::new("x-0000:41:00.0", "x-0000:81:00.0", LinkKind::new("nvlink"), 4, None)];
         m.link_kinds = vec![crate::LinkKindInfo::new(LinkKind::new("nvlink"), "NV", "NVLink")];
         m
     }

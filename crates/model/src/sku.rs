@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{LinkKind, PciId};
+use crate::{LinkKind, PciId, System};
 
 /// The registry files compiled into the binary (every `skus/*.toml`, found by build.rs):
 /// origin, the PCI vendor ids their entries use (the file's `pci_vendors`, checked by a test),
@@ -94,6 +94,8 @@ struct SkuFile {
     pci_vendors: Vec<u16>,
     #[serde(default)]
     sku: Vec<Sku>,
+    #[serde(default)]
+    system: Vec<System>,
 }
 
 /// All known SKUs: the built-in files, then user files in load order. A later entry overrides
@@ -103,6 +105,7 @@ struct SkuFile {
 pub struct SkuRegistry {
     builtin: Vec<Builtin>,
     user: Vec<Sku>,
+    user_systems: Vec<System>,
 }
 
 #[derive(Debug, Clone)]
@@ -111,12 +114,19 @@ struct Builtin {
     vendors: &'static [u16],
     text: &'static str,
     parsed: OnceLock<Vec<Sku>>,
+    systems: OnceLock<Vec<System>>,
 }
 
 impl Builtin {
     fn skus(&self) -> &[Sku] {
         self.parsed
             .get_or_init(|| SkuRegistry::parse(self.origin, self.text).expect("built-in SKU files are valid (tested)"))
+    }
+
+    fn systems(&self) -> &[System] {
+        self.systems.get_or_init(|| {
+            SkuRegistry::parse_systems(self.origin, self.text).expect("built-in SKU files are valid (tested)")
+        })
     }
 }
 
@@ -131,31 +141,25 @@ impl SkuRegistry {
     pub fn builtin() -> SkuRegistry {
         let builtin = BUILTIN
             .iter()
-            .map(|&(origin, vendors, text)| Builtin { origin, vendors, text, parsed: OnceLock::new() })
+            .map(|&(origin, vendors, text)| Builtin {
+                origin,
+                vendors,
+                text,
+                parsed: OnceLock::new(),
+                systems: OnceLock::new(),
+            })
             .collect();
-        SkuRegistry { builtin, user: Vec::new() }
+        SkuRegistry { builtin, user: Vec::new(), user_systems: Vec::new() }
     }
 
     /// A registry with no built-in data (for tests and for tools that bring their own).
     pub fn empty() -> SkuRegistry {
-        SkuRegistry { builtin: Vec::new(), user: Vec::new() }
+        SkuRegistry { builtin: Vec::new(), user: Vec::new(), user_systems: Vec::new() }
     }
 
     /// Parses one registry file (TOML with `[[sku]]` tables) without adding it.
     pub fn parse(origin: &str, text: &str) -> Result<Vec<Sku>, SkuError> {
-        let file: SkuFile = toml::from_str(text).map_err(|e| {
-            // One line, `origin:line:column: message`, instead of toml's multi-line snippet.
-            let at = e.span().map(|span| {
-                let before = &text[..span.start.min(text.len())];
-                let line = before.matches('\n').count() + 1;
-                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                format!("{line}:{column}:")
-            });
-            SkuError::Parse {
-                origin: origin.to_owned(),
-                message: format!("{} {}", at.unwrap_or_default(), e.message()),
-            }
-        })?;
+        let file = Self::parse_file(origin, text)?;
         let mut skus = file.sku;
         for sku in &mut skus {
             let invalid = |message: &str| SkuError::Invalid {
@@ -163,7 +167,7 @@ impl SkuRegistry {
                 id: sku.id.clone(),
                 message: message.to_owned(),
             };
-            if sku.id.is_empty() || !sku.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+            if !is_slug(&sku.id) {
                 return Err(invalid("id must be a non-empty lowercase slug (a-z, 0-9, -)"));
             }
             if sku.sources.is_empty() {
@@ -175,6 +179,80 @@ impl SkuRegistry {
             sku.origin = origin.to_owned();
         }
         Ok(skus)
+    }
+
+    /// Parses one registry file's `[[system]]` tables without adding them.
+    pub fn parse_systems(origin: &str, text: &str) -> Result<Vec<System>, SkuError> {
+        let mut systems = Self::parse_file(origin, text)?.system;
+        for system in &mut systems {
+            let invalid = |message: &str| SkuError::Invalid {
+                origin: origin.to_owned(),
+                id: system.id.clone(),
+                message: message.to_owned(),
+            };
+            if !is_slug(&system.id) {
+                return Err(invalid("id must be a non-empty lowercase slug (a-z, 0-9, -)"));
+            }
+            if system.sources.is_empty() {
+                return Err(invalid("every entry must name at least one public source"));
+            }
+            if system.product_names.is_empty() && system.board_names.is_empty() {
+                return Err(invalid("a system needs product_names or board_names to be identified by"));
+            }
+            if system.skus.is_empty() || system.devices < 2 {
+                return Err(invalid("a system names its accelerator skus and at least 2 devices"));
+            }
+            system.origin = origin.to_owned();
+        }
+        Ok(systems)
+    }
+
+    /// Adds systems over everything loaded so far.
+    pub fn merge_systems(&mut self, systems: Vec<System>) {
+        self.user_systems.extend(systems);
+    }
+
+    /// The system a machine with these DMI strings is: the user's entries first (latest first),
+    /// then the built-in ones.
+    pub fn system(&self, product_name: Option<&str>, board_name: Option<&str>) -> Option<&System> {
+        self.user_systems
+            .iter()
+            .rev()
+            .chain(self.builtin.iter().flat_map(Builtin::systems))
+            .find(|s| s.matches(product_name, board_name))
+    }
+
+    /// Every system in effect: the user's (latest entry per id), then the built-in ones they do
+    /// not replace.
+    pub fn systems(&self) -> Vec<&System> {
+        let mut out: Vec<&System> = Vec::new();
+        for s in self.user_systems.iter().rev() {
+            if !out.iter().any(|o| o.id == s.id) {
+                out.push(s);
+            }
+        }
+        for s in self.builtin.iter().flat_map(Builtin::systems) {
+            if !out.iter().any(|o| o.id == s.id) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    fn parse_file(origin: &str, text: &str) -> Result<SkuFile, SkuError> {
+        toml::from_str::<SkuFile>(text).map_err(|e| {
+            // One line, `origin:line:column: message`, instead of toml's multi-line snippet.
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("{line}:{column}:")
+            });
+            SkuError::Parse {
+                origin: origin.to_owned(),
+                message: format!("{} {}", at.unwrap_or_default(), e.message()),
+            }
+        })
     }
 
     /// Adds entries over everything loaded so far.
@@ -233,6 +311,11 @@ impl SkuRegistry {
         }
         best.map(|(_, sku)| sku)
     }
+}
+
+/// A registry id: a non-empty lowercase slug.
+fn is_slug(id: &str) -> bool {
+    !id.is_empty() && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// The lowercase vendor name of a PCI vendor: the name of the built-in SKU file that declares

@@ -133,16 +133,20 @@ impl<'de> Deserialize<'de> for MachineRef {
 }
 
 impl Cluster {
-    /// Adds `count` nodes named `<name>-<k>` sharing `machine`. A machine with a scale-up domain
-    /// that spans nodes (an NVLink clique) gets a label of that domain's kind (`nvlink_clique`)
-    /// per `clique_trays` nodes (NVL72: 18 trays a clique).
+    /// Adds `count` nodes named `<name>-<k>` sharing `machine`: clones of one machine, so a
+    /// domain is shared only where evidence says so. A node-local domain (an xGMI hive, a
+    /// one-host TPU slice) is each node's own ([`node_domains`]); a scale-up domain that spans
+    /// nodes gets a label of its kind (`nvlink_clique`) per group of the nodes it spans: its
+    /// own count where the machine gives one (a TPU slice's hosts), else `clique_trays` (NVL72:
+    /// 18 trays a clique).
     pub fn add_nodes(&mut self, name: &str, machine: Machine, count: usize, clique_trays: usize) {
-        let clique = machine.domains.iter().find(|d| d.scale_up).map(|d| (d.kind, d.name.clone()));
+        let shared = machine.domains.iter().find(|d| d.scale_up && !d.node_local());
+        let clique = shared.map(|d| (d.kind, d.name.clone(), d.nodes.map_or(clique_trays, |n| n as usize).max(1)));
         self.machines.insert(name.to_owned(), machine);
         for k in 0..count {
             let mut labels = BTreeMap::new();
-            if let Some((kind, clique)) = &clique {
-                labels.insert(kind.as_str().to_owned(), format!("{clique}-{}", k / clique_trays.max(1)));
+            if let Some((kind, clique, per)) = &clique {
+                labels.insert(kind.as_str().to_owned(), format!("{clique}-{}", k / per));
             }
             self.nodes.push(ClusterNode {
                 name: format!("{name}-{k}"),
@@ -398,6 +402,25 @@ impl Topos {
         }
         self.list.push(Arc::new(topo));
         self.list.len() - 1
+    }
+}
+
+/// The domain values of node `node`: [`machine_domains`] with each node-local domain (an xGMI
+/// hive) qualified by the node's name ([`accel_model::Domain::scoped_name`]), so nodes cloned
+/// from one capture never share one.
+pub fn node_domains(machine: &Machine, node: &str) -> BTreeMap<String, String> {
+    let mut out = machine_domains(machine);
+    scope_node_local(&mut out, machine, node);
+    out
+}
+
+/// Qualifies, in a node's domain values, each value that is one of its machine's node-local
+/// domains by the node's name (without copying the machine: a cluster may hold 10,000 nodes).
+pub(crate) fn scope_node_local(values: &mut BTreeMap<String, String>, machine: &Machine, node: &str) {
+    for d in machine.domains.iter().filter(|d| d.node_local()) {
+        if let Some(v) = values.get_mut(d.kind.as_str()).filter(|v| **v == d.name) {
+            *v = d.scoped_name(node);
+        }
     }
 }
 

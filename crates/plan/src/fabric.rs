@@ -128,7 +128,10 @@ impl TryFrom<FabricFile> for Fabric {
             let mut values = BTreeMap::new();
             for (name, value) in given {
                 let Some(tier) = resolve_tier(&fabric.tiers, name) else {
-                    return Err(format!("nodes {expr:?}: unknown tier {name:?}; the tiers are {:?}", fabric.tiers));
+                    return Err(format!(
+                        "nodes {expr:?}: unknown tier {name:?}; the tiers are {}",
+                        fabric.tiers.join(", ")
+                    ));
                 };
                 if values.insert(tier.to_owned(), value.clone()).is_some() {
                     return Err(format!("nodes {expr:?}: tier {tier:?} is given twice"));

@@ -31,8 +31,8 @@ use std::fmt;
 use serde::Serialize;
 
 pub use cluster::{
-    machine_domains, BinPack, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth, MAX_DEVICES_PER_NODE,
-    W_BINPACK,
+    machine_domains, node_domains, BinPack, Cluster, ClusterNode, HealthPolicy, MachineRef, UnknownHealth,
+    MAX_DEVICES_PER_NODE, W_BINPACK,
 };
 pub use groups::DOMAIN_CANDIDATES;
 pub use packing::W_PACK;

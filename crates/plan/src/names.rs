@@ -88,41 +88,7 @@ fn unknown(field: &str, value: &str, suggestion: Option<String>, known: &BTreeSe
     PlanError::Unknown { field: field.into(), value: value.into(), suggestion, known: known.iter().cloned().collect() }
 }
 
-/// The known name nearest to `word` (edit distance at most a third of its length, and at least
-/// 1), if one is close enough to be a typo.
-pub fn suggest<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    let limit = (word.chars().count() / 3).max(1);
-    known
-        .into_iter()
-        .filter(|k| *k != word)
-        .map(|k| (distance(&word.to_lowercase(), &k.to_lowercase()), k))
-        .filter(|(d, _)| *d <= limit)
-        .min()
-        .map(|(_, k)| k.to_owned())
-}
-
-/// Edit distance over characters, a swap of two neighbours counting one (optimal string
-/// alignment): `rakc` is one edit from `rack`.
-fn distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
-            }
-        }
-    }
-    d[a.len()][b.len()]
-}
+pub use accel_model::suggest;
 
 /// For a serde message about an unknown field or variant (`unknown field `conectivity`,
 /// expected one of `count`, ...`), the name and its suggestion.
@@ -152,7 +118,6 @@ mod tests {
         assert_eq!(suggest("nvlink_cliqe", ["nvlink_clique", "rack"]), Some("nvlink_clique".into()));
         assert_eq!(suggest("amd", ["nvidia", "google"]), None);
         assert_eq!(suggest("xyz", ["rack"]), None);
-        assert_eq!(distance("kitten", "sitting"), 3);
         assert_eq!(suggest("rakc", ["rack", "zone"]), Some("rack".into()));
     }
 

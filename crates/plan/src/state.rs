@@ -127,6 +127,7 @@ impl State {
                 MachineRef::Inline(m) => (st.topos.intern(Topo::new(m, policy)?), machine_domains(m)),
             };
             let mut labels = domains;
+            crate::cluster::scope_node_local(&mut labels, machine, &node.name);
             labels.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
             st.push_node(node.name.clone(), labels, topo)?;
             if !node.allocated.is_empty() {
@@ -175,6 +176,7 @@ impl State {
             self.bin_kinds.extend(machine.domains.iter().filter(|d| d.scale_up).map(|d| d.kind.as_str().to_owned()));
         }
         let mut all = machine_domains(machine);
+        crate::cluster::scope_node_local(&mut all, machine, name);
         all.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.push_node(name.to_owned(), all, topo)
     }
@@ -362,7 +364,7 @@ pub(crate) mod testkit {
         for a in 0..gpus {
             for b in a + 1..gpus {
                 let (a, b) = (format!("gpu{a}"), format!("gpu{b}"));
-                m.links.push(Link { a, b, kind: LinkKind::new("link"), count: 1, gbps: Some(100.0) });
+                m.links.push(Link::new(a, b, LinkKind::new("link"), 1, Some(100.0)));
             }
         }
         m.domains.push(Domain {
@@ -371,6 +373,7 @@ pub(crate) mod testkit {
             name: clique.into(),
             source: "test".into(),
             accelerators: Vec::new(),
+            nodes: None,
         });
         m
     }

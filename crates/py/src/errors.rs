@@ -31,7 +31,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StaleReference", py.get_type::<StaleReference>())?;
     m.add("BufferFreed", py.get_type::<BufferFreed>())?;
     m.add("AuthError", py.get_type::<AuthError>())?;
+    m.add_function(pyo3::wrap_pyfunction!(suggest, m)?)?;
     Ok(())
+}
+
+/// The known name nearest to `word`, or None: the one suggestion rule (`accel_model::suggest`),
+/// for the Python package's own "did you mean".
+#[pyfunction]
+fn suggest(word: &str, known: Vec<String>) -> Option<String> {
+    accel_model::suggest(word, known.iter().map(String::as_str))
 }
 
 /// Converts any displayable Rust error into the given accel exception.

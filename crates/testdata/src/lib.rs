@@ -72,18 +72,43 @@ pub fn root(name: &str) -> PathBuf {
         .map(|f| src.join(f))
         .find(|p| p.exists())
         .unwrap_or_else(|| panic!("no capture archive for host {name}"));
-    let base = target_dir().join("accel-hosts");
+    extract(&archive, "accel-hosts", name)
+}
+
+/// The repository's `test_data/hwloc-linux` directory: hwloc's own Linux test captures.
+pub fn hwloc_linux_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test_data/hwloc-linux")
+}
+
+/// Every capture of `test_data/hwloc-linux` (`NAME.tar.bz2`), by name.
+pub fn hwloc_linux() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(hwloc_linux_dir())
+        .expect("test_data/hwloc-linux exists")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".tar.bz2").map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The extracted root of a `test_data/hwloc-linux` capture.
+pub fn hwloc_linux_root(name: &str) -> PathBuf {
+    extract(&hwloc_linux_dir().join(format!("{name}.tar.bz2")), "accel-hwloc-linux", name)
+}
+
+/// Extracts `archive` once into `target/<group>/<name>` and returns the root in it.
+fn extract(archive: &Path, group: &str, name: &str) -> PathBuf {
+    let base = target_dir().join(group);
     let dest = base.join(name);
     if let Some(root) = find_root(&dest) {
         return root;
     }
-    std::fs::create_dir_all(&base).expect("create target/accel-hosts");
+    std::fs::create_dir_all(&base).expect("create the extraction directory under target/");
     let tmp = base.join(format!(".{name}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).expect("create temp dir");
     let status = Command::new("tar")
         .arg("-xf")
-        .arg(&archive)
+        .arg(archive)
         .arg("-C")
         .arg(&tmp)
         .status()

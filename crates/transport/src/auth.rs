@@ -70,7 +70,7 @@ pub fn client_handshake<S: Read + Write>(s: &mut S, secret: &[u8]) -> Result<(St
     frame::write(s, Kind::Auth, &auth)?;
     let proof = frame::expect(s, Kind::AuthOk, MAX_CONTROL)?;
     if !verify(secret, b"accel-s", &nc, ns, &proof) {
-        return Err(Error::Auth("the server does not hold the cluster secret".into()));
+        return Err(Error::Auth(format!("the owner does not hold our cluster secret; {}", crate::error::SECRET_HINT)));
     }
     Ok((owner, Nonces { server: ns.try_into().expect("NONCE_LEN bytes"), client: nc }))
 }

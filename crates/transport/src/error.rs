@@ -30,6 +30,15 @@ pub enum Error {
     Unsupported(&'static str),
 }
 
+/// What an authentication failure between two processes tells the user: how each side chose its
+/// secret, and how to make them agree.
+pub const SECRET_HINT: &str = "both ends need the same cluster secret, which each process takes from, in order: \
+     ACCEL_TRANSPORT_SECRET; the file named by ACCEL_TRANSPORT_SECRET_FILE (default \
+     ~/.config/accel/transport-secret); inside a Ray cluster, the one accel keeps in Ray's KV \
+     (namespace accel); else a random one its child processes inherit. To fix it, give both \
+     ends the same variable, or the same file on every node (mode 0600), or, inside one Ray \
+     cluster, neither";
+
 /// The transport's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

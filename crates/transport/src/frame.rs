@@ -163,7 +163,7 @@ pub fn error_payload(code: u8, message: &str) -> Vec<u8> {
 pub fn remote_error(payload: &[u8]) -> Error {
     let (code, msg) = payload.split_first().map_or((0, ""), |(c, m)| (*c, std::str::from_utf8(m).unwrap_or("?")));
     match code {
-        code::AUTH => Error::Auth(format!("the owner rejected us: {msg}")),
+        code::AUTH => Error::Auth(format!("the owner rejected us: {msg}; {}", crate::error::SECRET_HINT)),
         _ => Error::Protocol(format!("the owner replied: {msg}")),
     }
 }

@@ -150,6 +150,9 @@ def cluster_document() -> dict[str, Any]:
         )
     pgs = []
     for pg_id, pg in sorted(placement_group_table().items()):
+        # Ray keeps a removed group in its table: it holds nothing, so the view drops it.
+        if pg.get("state") == "REMOVED":
+            continue
         bundles = []
         for index, resources in sorted(pg.get("bundles", {}).items()):
             node = by_ray_id.get(pg.get("bundles_to_node_id", {}).get(index, ""), "")

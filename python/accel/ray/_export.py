@@ -17,6 +17,8 @@ import socket
 import sys
 from typing import Any
 
+from .._errors import INSTALL_RAY
+
 PROG = "python -m accel.ray cluster-json"
 
 
@@ -61,7 +63,12 @@ def read_cluster(address: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """`python -m accel.ray cluster-json [--address ADDR]`."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__,
+        epilog="Exit status:\n  0  success\n  2  invalid input, no Ray, or no cluster at the address",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--address", default="auto", help="the Ray cluster (GCS HOST:PORT); default: Ray's 'auto'")
     args = parser.parse_args(argv)
     if not args.address.strip():
@@ -69,7 +76,7 @@ def main(argv: list[str]) -> int:
     try:
         import ray  # noqa: F401
     except ImportError:
-        return _error(f"Ray is not installed in {sys.executable} (pip install 'ray[default]')")
+        return _error(f"Ray is not installed in {sys.executable} ({INSTALL_RAY})")
     why = unreachable(args.address)
     if why:
         return _error(why)

@@ -27,7 +27,7 @@ from .. import _native
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
-from .._errors import Infeasible
+from .._errors import Infeasible, InvalidRequest
 from ._affinity import py_executable
 from .._plan import Planner, load_request
 
@@ -171,21 +171,33 @@ class AccelPlacementGroup:
     def bundle_count(self) -> int:
         return len(self.placement["bundles"])
 
+    def _index(self, i: int) -> int:
+        """`i` if it names a bundle, else InvalidRequest naming the valid range (never a bare
+        IndexError, and no counting from the end: -1 is a mistake, not the last bundle)."""
+        n = self.bundle_count
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+            raise InvalidRequest(f"no bundle {i!r}: this placement group's bundles are 0 to {n - 1}", field="bundle", value=str(i))
+        return i
+
+    def _bundle(self, i: int) -> dict[str, Any]:
+        bundle: dict[str, Any] = self.placement["bundles"][self._index(i)]
+        return bundle
+
     def node(self, i: int) -> str:
-        return str(self.placement["bundles"][i]["node"])
+        return str(self._bundle(i)["node"])
 
     def devices(self, i: int) -> list[dict[str, Any]]:
-        devices: list[dict[str, Any]] = self.placement["bundles"][i]["devices"]
+        devices: list[dict[str, Any]] = self._bundle(i)["devices"]
         return devices
 
     def env(self, i: int) -> dict[str, str]:
         """The environment of bundle `i`: its devices' visibility variables, its CPUs
         (`ACCEL_CPUS`) and its devices' RDMA NICs (`NCCL_IB_HCA`, `UCX_NET_DEVICES`)."""
-        return dict(self._ray[i]["env"])
+        return dict(self._ray[self._index(i)]["env"])
 
     def resources(self, i: int) -> dict[str, float]:
         """The Ray resources of bundle `i`: the device-kind count plus one per device."""
-        return {k: float(v) for k, v in self._ray[i]["resources"].items()}
+        return {k: float(v) for k, v in self._ray[self._index(i)]["resources"].items()}
 
     def options(self, i: int, **extra: Any) -> dict[str, Any]:
         """`.options(...)` for an actor or task that should use bundle `i`'s devices."""

@@ -1,6 +1,7 @@
 """`ray start` with accel's view of the node: one custom resource per device, the device-kind
 counts, `accel.io/*` labels, and the machine published to Ray's KV for the planner; with
-`--agent`, the node agent and its Ray sidecar beside it; and `stop`, which stops all of it.
+`--agent`, the node agent and its Ray sidecar beside it; and `stop`, which stops what accel
+started (and, with `--ray`, Ray: `ray stop`, which stops every Ray process of the user).
 
 Start-up never reports what did not happen: Ray runs with this interpreter's own Ray (not
 whichever `ray` comes first on PATH); bad input exits 2 with one line before anything starts;
@@ -13,7 +14,7 @@ accel starts lives in Ray's real session directory (`<session>/accel/`, logs in
 from __future__ import annotations
 
 import argparse
-import difflib
+import importlib.util
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ import urllib.request
 from typing import Any
 
 from .. import AccelError, discover
+from .._errors import INSTALL_RAY, did_you_mean
 from .._plan import sample, samples
 from .._python import module_argv
 from ._agent import agent_context, default_ray_temp_dir, install_grafana_dashboard
@@ -315,7 +317,7 @@ def _start_agent(args: argparse.Namespace, accel_bin: str, name: str, ray_args: 
             tail = log_tail(e.log)
             print(f"accel: last lines of {e.log}:", file=sys.stderr)
             print(tail or "(empty)", file=sys.stderr)
-        print(f"accel: Ray itself is still running on this node; `{PROG} stop` stops it", file=sys.stderr)
+        print(f"accel: Ray itself is still running on this node; `{PROG} stop --ray` stops it", file=sys.stderr)
         return 1
     if head:
         print(f"accel: Grafana dashboard {install_grafana_dashboard(session_dir=session)}", file=sys.stderr)
@@ -334,8 +336,7 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
     if args.sample:
         known = samples()
         if args.sample not in known:
-            near = difflib.get_close_matches(args.sample, known, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = did_you_mean(args.sample, known)
             raise ValueError(f"unknown sample {args.sample!r}{hint} (known: {', '.join(known)})")
         return sample(args.sample)
     try:
@@ -371,6 +372,9 @@ def start(argv: list[str]) -> int:
         prog=f"{PROG} start",
         description="Start a Ray node with the resources and labels accel discovers on this machine "
         "(with this interpreter's Ray). Other arguments go to `ray start`.",
+        epilog="Exit status:\n  0  success\n  1  Ray, the agent or its sidecar did not start (the log's last lines "
+        "are printed)\n  2  invalid input (an unknown sample, a bad --root or option)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--node-name", help="the planner's name for this node (default: the hostname)")
     parser.add_argument("--sample", help="use an embedded sample machine instead of this one (demos, tests)")
@@ -434,6 +438,8 @@ def start(argv: list[str]) -> int:
             ):
                 print(shlex.join(extra))
         return 0
+    if importlib.util.find_spec("ray") is None:
+        return _usage_error("start", f"Ray is not installed in {sys.executable}: {INSTALL_RAY}")
     rc = subprocess.call(ray_cli() + cmd[1:])
     if rc != 0:
         return rc
@@ -447,7 +453,7 @@ def start(argv: list[str]) -> int:
             _publish_lab(args, name, accel_bin)
     except (ConnectionError, RuntimeError, TimeoutError) as e:
         print(f"accel: error: Ray started, but publishing this node at {address} failed: {e}", file=sys.stderr)
-        print(f"accel: `{PROG} stop` stops Ray", file=sys.stderr)
+        print(f"accel: `{PROG} stop --ray` stops Ray", file=sys.stderr)
         return 1
     finally:
         ray.shutdown()
@@ -498,15 +504,28 @@ def stop_pid_file(pid_file: str, word: str, grace_s: float = STOP_GRACE_S) -> st
     return f"{how} {os.path.basename(pid_file).removesuffix('.pid')} (pid {pid})"
 
 
+RAY_STOP_WARNING = (
+    "`ray stop` stops every Ray process of this user on this machine, not only the ones accel "
+    "started (other jobs' clusters too)"
+)
+
+
 def stop(argv: list[str]) -> int:
     """`python -m accel.ray stop`."""
     parser = argparse.ArgumentParser(
         prog=f"{PROG} stop",
         description="Stop what `start` started: every agent and sidecar recorded in the Ray temp dir's "
-        "sessions, then Ray on this machine (`ray stop`, with this interpreter's Ray). Other arguments go to `ray stop`.",
+        "sessions. Ray keeps running unless --ray is given: then `ray stop` (this interpreter's Ray) runs "
+        f"too, and {RAY_STOP_WARNING}. Arguments after --ray go to `ray stop`.",
+        epilog="Exit status:\n  0  success\n  1  an agent or sidecar could not be stopped, or `ray stop` failed\n"
+        "  2  invalid usage",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--temp-dir", help="Ray's temp dir, as given to start (default: Ray's own)")
+    parser.add_argument("--ray", action="store_true", help=f"also run `ray stop` ({RAY_STOP_WARNING})")
     args, ray_args = parser.parse_known_args(argv)
+    if ray_args and not args.ray:
+        return _usage_error("stop", f"{' '.join(ray_args)}: arguments for `ray stop` need --ray")
     temp_dir = args.temp_dir or default_ray_temp_dir()
     failed = 0
     if os.path.isdir(temp_dir):
@@ -523,6 +542,10 @@ def stop(argv: list[str]) -> int:
                     continue
                 if done:
                     print(f"accel: {done}", file=sys.stderr)
+    if not args.ray:
+        print(f"accel: Ray keeps running; `{PROG} stop --ray` also runs `ray stop` ({RAY_STOP_WARNING})", file=sys.stderr)
+        return failed
+    print(f"accel: running `ray stop`: {RAY_STOP_WARNING}", file=sys.stderr)
     rc = subprocess.call(ray_cli() + ["stop", *ray_args])
     return rc or failed
 
@@ -535,6 +558,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in commands:
         if argv[:1] in (["-h"], ["--help"]):
             print(f"usage: {PROG} {{start,stop,cluster-json,sidecar}} [-h] ...\n\n{__doc__}")
+            print("\nExit status: each command's --help states its own (0 success, 2 invalid usage).")
             return 0
         expected = "expected a command: start, stop or cluster-json"
         return _usage_error("", f"{expected} (got {argv[0]!r})" if argv else expected)

@@ -18,9 +18,11 @@ transport"):
 4. segments alive at ``ray.shutdown()`` would leak (workers are killed, no garbage collection):
    ``ray.shutdown`` and interpreter exit sweep the segments of exited owners;
 
-and it makes sure this node's cluster secret file exists (mode 0600, ``accel.transport.secret_file()``)
-so that workers on this node read it there. The secret itself never goes into a ``runtime_env``
-(Ray stores those and shows them in its dashboard); only a non-default file location does.
+The cluster secret needs no call: inside a Ray cluster every process takes it from Ray's KV
+(``accel._raysecret``) unless its own variable or file says otherwise. ``ray.init`` is wrapped so
+that a driver whose transport started before it makes its secret the cluster's. The secret never
+goes into a ``runtime_env`` (Ray stores those and shows them in its dashboard); only a
+non-default file location does.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ import sys
 import threading
 import time
 import types
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, cast
 
 import numpy as np
 
+from .. import _buffers as _b
 from .. import transport as _t
 
 TRANSPORT_NAME = "ACCEL"
@@ -150,14 +152,6 @@ def _enable_tensor_transport_by_default() -> None:
 def _share_secret_with_workers() -> None:
     import ray
 
-    if ray.is_initialized() and not os.environ.get(_t.SECRET_VAR) and not os.path.exists(_t.secret_file()):
-        warnings.warn(
-            "accel.ray.register_transport() ran after ray.init(): workers already started may not "
-            "find this node's transport secret file, so TCP transfers between them fail with "
-            "AuthError. Call it before ray.init(), or install the secret file on every node.",
-            stacklevel=3,
-        )
-    _t.ensure_secret_file()
     original = ray.init
     if getattr(original, "__accel_patched__", False):
         return
@@ -173,7 +167,10 @@ def _share_secret_with_workers() -> None:
             env_vars.setdefault(_t.SECRET_FILE_VAR, custom)
             env["env_vars"] = env_vars
             kwargs["runtime_env"] = env
-        return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        # A driver whose transport started before ray.init makes its secret the cluster's.
+        _b.share_with_ray()
+        return result
 
     init.__accel_patched__ = True  # type: ignore[attr-defined]
     ray.init = init

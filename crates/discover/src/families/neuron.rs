@@ -25,6 +25,33 @@ fn cores_per_device(sku: Option<&str>) -> u32 {
     }
 }
 
+/// The runtime's logical NeuronCore configuration (LNC): how many physical NeuronCores it groups
+/// into one logical core, the unit NEURON_RT_VISIBLE_CORES and Ray's `neuron_cores` count.
+/// `NEURON_LOGICAL_NC_CONFIG` (1 or 2) where set; else 2 on Trainium2 and Trainium3, whose
+/// default it is, and 1 elsewhere (Neuron docs, "Logical NeuronCore configuration": "On Trn2, each
+/// chip has 8 physical NeuronCores. With LNC=2 (default), these are grouped into 4 Logical
+/// NeuronCores ... LNC applies only to Trn2 and Trn3 instances").
+fn logical_nc_config(host: &Host, sku: Option<&str>, warnings: &mut Vec<Warning>) -> u32 {
+    let default = match sku {
+        Some("aws-trainium2") | Some("aws-trainium3") => 2,
+        _ => return 1,
+    };
+    match host.env("NEURON_LOGICAL_NC_CONFIG").map(str::trim) {
+        None | Some("") => default,
+        Some("1") => 1,
+        Some("2") => 2,
+        Some(other) => {
+            let shown: String = other.chars().take(20).collect();
+            warnings.push(Warning {
+                source: SRC.into(),
+                path: None,
+                message: format!("NEURON_LOGICAL_NC_CONFIG={shown:?} is not 1 or 2; the default {default} is used"),
+            });
+            default
+        }
+    }
+}
+
 /// `connected_devices`: neighbour indices separated by commas and/or spaces (`1, 3, 4, 12`).
 pub fn parse_connected(text: &str) -> Option<Vec<u32>> {
     text.split([',', ' ', '\n'])
@@ -150,15 +177,21 @@ impl Vendor for Neuron {
                 }
             }
         }
-        if cores > 0 {
-            report.attributes.insert("aws.neuron_cores".into(), cores.to_string());
-        }
         // Ray counts `neuron_cores`; NEURON_RT_VISIBLE_CORES takes core ids, and the driver
         // numbers device N's cores from N times the cores per device (neuron_cdev.c: core offset
         // `nc_per_device * nd->device_index`; every device of a host has the same count), whatever
-        // the PCI order.
+        // the PCI order. Both count *logical* cores: the physical count divided by the LNC.
+        let lnc = logical_nc_config(host, accs.first().and_then(|a| a.sku.as_deref()), &mut report.warnings);
+        if cores > 0 {
+            report.attributes.insert("aws.neuron_cores".into(), (cores / u64::from(lnc)).to_string());
+            report.attributes.insert("aws.neuron_physical_cores".into(), cores.to_string());
+        }
+        if lnc > 1 {
+            report.attributes.insert("aws.neuron_lnc".into(), lnc.to_string());
+        }
         for (acc, (slot, count)) in accs.iter_mut().zip(slots.iter().zip(&core_counts)) {
-            let count = count.unwrap_or_else(|| cores_per_device(acc.sku.as_deref()));
+            let physical = count.unwrap_or_else(|| cores_per_device(acc.sku.as_deref()));
+            let count = if physical % lnc == 0 { physical / lnc } else { physical };
             acc.vocabulary.ray_units = Some(f64::from(count));
             let Some(first) = slot.and_then(|n| n.checked_mul(count)) else { continue };
             if let Some(last) = (count > 0).then(|| first.checked_add(count - 1)).flatten() {

@@ -86,7 +86,14 @@ pub fn label_domains(labels: &BTreeMap<String, String>) -> Vec<Domain> {
             None => value.clone(),
         };
         let scale_up = *kind == crate::families::nvidia::NVLINK_CLIQUE;
-        out.push(Domain { kind: *kind, name, source: format!("k8s-label:{key}"), accelerators: Vec::new(), scale_up });
+        out.push(Domain {
+            kind: *kind,
+            name,
+            source: format!("k8s-label:{key}"),
+            accelerators: Vec::new(),
+            scale_up,
+            nodes: None,
+        });
     }
     out
 }
@@ -184,6 +191,7 @@ impl Vendor for Platform {
                     source: "gce-metadata:instance/zone".into(),
                     accelerators: Vec::new(),
                     scale_up: false,
+                    nodes: None,
                 });
             }
         }
@@ -208,6 +216,7 @@ impl Vendor for Platform {
                     source: "ec2-imds:placement/availability-zone".into(),
                     accelerators: Vec::new(),
                     scale_up: false,
+                    nodes: None,
                 });
             }
         }

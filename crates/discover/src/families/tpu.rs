@@ -250,12 +250,19 @@ impl Vendor for Tpu {
             }
         }
         if let Some((slice, source)) = name.clone().or(accel_type.clone()) {
+            // How many hosts the slice spans: its chip torus over the chips each host holds
+            // (a v6e-8 is one host; a v5p-32 spans four). Unknown without both.
+            let hosts = match (topology.as_ref().and_then(|t| parse_bounds(&t.0)), per_host.as_ref().and_then(|p| parse_bounds(&p.0))) {
+                (Some(chips), Some(per)) => Some((0..3).map(|i| chips[i].div_ceil(per[i])).product::<u32>()),
+                _ => None,
+            };
             report.domains.push(Domain {
                 kind: TPU_SLICE,
                 name: slice,
                 source,
                 accelerators: accs.iter().map(|a| a.id.clone()).collect(),
                 scale_up: true,
+                nodes: hosts,
             });
         }
         let bounds = per_host

@@ -131,12 +131,7 @@ pub fn build(spec: &Spec) -> Machine {
     let mut m = Machine::new(HostInfo::default());
     let numa_count = spec.numa.iter().copied().max().map_or(1, |x| x + 1);
     for id in 0..numa_count {
-        m.numa_nodes.push(NumaNode {
-            id,
-            cpus: CpuSet::new((id * 16..id * 16 + 16).collect()),
-            memory_bytes: None,
-            distances: Default::default(),
-        });
+        m.numa_nodes.push(NumaNode::new(id, CpuSet::new((id * 16..id * 16 + 16).collect()), None, Default::default()));
     }
     for g in 0..spec.gpus {
         // Bus numbers: host bridge g*16, root port at bus g*16, switch up g*16+1, down g*16+2;
@@ -201,7 +196,7 @@ pub fn build(spec: &Spec) -> Machine {
         .iter()
         .map(|&(a, b, gbps)| {
             let (a, b) = (id(a.min(b)), id(a.max(b)));
-            Link { a, b, kind: LinkKind::new("nvlink"), count: 1, gbps: Some(gbps) }
+            Link::new(a, b, LinkKind::new("nvlink"), 1, Some(gbps))
         })
         .collect();
     m.links = links;
@@ -212,6 +207,7 @@ pub fn build(spec: &Spec) -> Machine {
             name: name.clone(),
             source: "test".into(),
             accelerators: Vec::new(),
+            nodes: None,
         });
     }
     m

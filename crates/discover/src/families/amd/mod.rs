@@ -5,23 +5,24 @@
 //! node's compute units. GPUs on PCI that KFD does not list are
 //! still reported, from PCI alone.
 
+pub mod imported;
+mod kinds;
 pub mod metrics;
+pub mod partition;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accel_model::{
-    Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
-};
+use accel_model::{Accelerator, Domain, Link, LinkKind, LinkKindInfo, Machine, PciAddr, Warning};
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
 
-const SRC: &str = "amd";
+use kinds::SRC;
+pub use kinds::{C2C, XGMI, XGMI_HIVE};
+
 const KFD: &str = "/sys/class/kfd/kfd/topology/nodes";
 /// `HSA_IOLINK_TYPE_XGMI` in `include/uapi/linux/kfd_sysfs.h`.
 pub const IOLINK_XGMI: u64 = 11;
-/// The xGMI hive, the AMD scale-up fabric's domain (KFD's `hive_id`).
-pub const XGMI_HIVE: DomainKind = DomainKind::new("xgmi_hive");
 /// `HSA_IOLINK_TYPE_PCIEXPRESS`.
 pub const IOLINK_PCIE: u64 = 2;
 
@@ -106,11 +107,6 @@ fn read_kfd(host: &Host, warnings: &mut Vec<Warning>) -> Vec<KfdNode> {
     nodes.sort_by_key(|n| n.id);
     nodes
 }
-
-/// The link kind of AMD Infinity Fabric (xGMI).
-pub const XGMI: LinkKind = LinkKind::new("xgmi");
-/// The link kind of chip-to-chip (two dies of one package).
-pub const C2C: LinkKind = LinkKind::new("c2c");
 
 /// Where this family runs among the built-in plugins (lower first; the platform plugin runs
 /// before all, the generic PCI fallback after all).
@@ -281,33 +277,23 @@ impl Vendor for Amd {
                 let mode = host
                     .read_attr(&sys.join("current_compute_partition"), SRC, &mut report.warnings)
                     .filter(|m| !m.is_empty())
-                    .unwrap_or_else(|| match parts {
-                        2 => "DPX".into(),
-                        3 => "TPX".into(),
-                        4 => "QPX".into(),
-                        _ => "CPX".into(),
-                    });
-                acc.id = format!("amd-{physical_addr}-p{k}");
+                    .unwrap_or_else(|| partition::mode_for(parts).into());
                 // The partition's share, not the whole package: its own KFD node's memory banks
                 // when they hold less than the package, else the package divided evenly; compute
                 // units from its own node (SIMDs / SIMDs per CU).
                 let share = parts.max(parts_of_device.get(&n.get("device_id")).copied().unwrap_or(1));
-                let whole = acc.memory_bytes;
-                acc.memory_bytes = match (n.mem_bytes, whole) {
-                    (Some(own), Some(whole)) if own < whole => Some(own),
-                    (_, Some(whole)) => Some(whole / u64::from(share)),
-                    (own, None) => own,
-                };
                 let compute_units = (n.get("simd_per_cu") > 0)
                     .then(|| n.get("simd_count") / n.get("simd_per_cu"))
                     .and_then(|c| u32::try_from(c).ok());
-                acc.partition = Some(Partition {
-                    physical_id: format!("amd-{physical_addr}"),
+                let part = partition::Part {
+                    physical: physical_addr,
                     index: *k,
+                    share,
                     mode,
+                    own_memory: n.mem_bytes,
                     compute_units,
-                    own_ordinal: true,
-                });
+                };
+                partition::make(&mut acc, &part);
                 *k += 1;
             }
             acc.pci = Some(physical_addr);
@@ -315,7 +301,7 @@ impl Vendor for Amd {
             if minor > 0 {
                 acc.vocabulary.device_files = vec![render_node(minor)];
             }
-            acc.vocabulary.isolation = vec![hip_index.to_string()];
+            partition::set_ordinal(&mut acc, hip_index);
             if report.accelerators.iter().any(|a| a.id == acc.id) {
                 // Two KFD nodes naming one PCI function without a partition id to tell them apart.
                 report.warnings.push(Warning {
@@ -336,7 +322,9 @@ impl Vendor for Amd {
         }
         report.warnings.extend(crate::plugin::not_visible(SRC, "/dev/dri/renderD*", &hidden, "they are not reported"));
         // A hive of more than one GPU is the xGMI fabric's domain (a scale-up domain; KFD gives
-        // every hive a random 64-bit id, so two machines never share one by chance).
+        // every hive a random 64-bit id, so two machines never share one by chance). xGMI
+        // joins the GPUs of one node only: a hive never spans nodes (`nodes: 1`), so clones of
+        // one capture in a cluster get hives of their own (`Domain::scoped_name`).
         for (hive, members) in hives.into_iter().filter(|(_, m)| m.len() > 1) {
             report.domains.push(Domain {
                 kind: XGMI_HIVE,
@@ -344,6 +332,7 @@ impl Vendor for Amd {
                 source: "kfd:hive_id".into(),
                 accelerators: members,
                 scale_up: true,
+                nodes: Some(1),
             });
         }
         // xGMI links between different physical GPUs; between partitions of one package the
@@ -373,23 +362,31 @@ impl Vendor for Amd {
                 // KFD's bandwidth is MB/s one way; the model wants GB/s both ways.
                 let sku = || if kind == XGMI { link_gbps(host, accs[a.as_str()], 1) } else { None };
                 let gbps = bw.map(|mbps| mbps as f64 * 2.0 / 1000.0).or_else(sku);
-                Link { a, b, kind, count: 1, gbps }
+                Link::new(a, b, kind, 1, gbps)
             })
             .collect();
         report.links = links;
         // AMD GPUs on PCI without a KFD node (driver not loaded): report them from PCI.
         let mut missing = Vec::new();
+        let mut from_pci = Vec::new();
         for node in pci_functions(platform, 0x1002, |c| c.base() == 0x03 || c.base() == 0x12) {
             let addr = node.address.expect("filtered");
             if claimed.contains(&addr) {
                 continue;
             }
             let acc = pci_accelerator(host, node, "amd", "amd");
-            if acc.sku.is_some() || node.class.is_some_and(|c| c.base() == 0x12) {
+            // An imported topology's ROCm SMI device there says the runtime saw a GPU.
+            let runtime = gpu_nodes.is_empty() && imported::has_runtime_device(host, addr);
+            if acc.sku.is_some() || node.class.is_some_and(|c| c.base() == 0x12) || runtime {
                 missing.push(addr.to_string());
-                report.accelerators.push(acc);
+                from_pci.push(acc);
             }
         }
+        // Without KFD, what an imported topology recorded (runtime devices, partitions, xGMI).
+        if gpu_nodes.is_empty() {
+            from_pci = imported::apply(host, from_pci, &mut report);
+        }
+        report.accelerators.extend(from_pci);
         if !missing.is_empty() && !gpu_nodes.is_empty() {
             report.warnings.push(Warning {
                 source: SRC.into(),

@@ -5,6 +5,8 @@
 //! this process (a container sees a subset of the host's PCI GPUs); isolation names GPUs and MIG
 //! devices by UUID.
 
+pub mod imported;
+mod kinds;
 pub mod metrics;
 pub mod nvml;
 pub mod nvml_live;
@@ -12,15 +14,17 @@ pub mod nvml_live;
 use std::collections::{BTreeMap, BTreeSet};
 
 use accel_model::{
-    Accelerator, Domain, DomainKind, Link, LinkKind, LinkKindInfo, Machine, Partition, PciAddr, Warning,
+    Accelerator, Domain, Link, LinkKindInfo, Machine, Partition, PciAddr, Warning,
 };
 
 use crate::plugin::{isolate_by_index, link_gbps, pci_accelerator, pci_functions};
 use crate::{Host, Isolation, Report, Vendor};
+
+use kinds::SRC;
+pub use kinds::{NVLINK, NVLINK_CLIQUE, NVSWITCH};
 pub use nvml::NvmlHost;
 use nvml::{parse_recorded, NvmlDevice, NvmlSnapshot, RemoteType};
 
-const SRC: &str = "nvidia";
 /// Where a capture keeps its NVML recording.
 pub const RECORDED_NVML: &str = "/accel/nvml.json";
 
@@ -31,13 +35,6 @@ pub struct Nvidia;
 fn is_gpu_class(class: accel_model::PciClass) -> bool {
     class.base() == 0x03
 }
-
-/// The domain of GPUs sharing one NVLink fabric (NVL72): cluster UUID plus clique id.
-pub const NVLINK_CLIQUE: DomainKind = DomainKind::new("nvlink_clique");
-/// The link kind of NVLink (direct).
-pub const NVLINK: LinkKind = LinkKind::new("nvlink");
-/// The link kind of NVLink through NVSwitch.
-pub const NVSWITCH: LinkKind = LinkKind::new("nvswitch");
 
 /// Where this family runs among the built-in plugins (lower first; the platform plugin runs
 /// before all, the generic PCI fallback after all).
@@ -90,8 +87,10 @@ impl Vendor for Nvidia {
     }
 
     fn capture(&self, host: &Host, _machine: &accel_model::Machine) -> Vec<crate::plugin::Keep> {
-        let mut keep =
-            vec![crate::plugin::Keep::EachEntry { dir: "/proc/driver/nvidia/gpus".into(), file: "information".into() }];
+        let mut keep = vec![
+            crate::plugin::Keep::EachEntry { dir: "/proc/driver/nvidia/gpus".into(), file: "information".into() },
+            crate::plugin::Keep::EachEntry { dir: "/proc/driver/nvidia/gpus".into(), file: "numa_status".into() },
+        ];
         // What NVML said, recorded for replay; a capture of a capture keeps the recording.
         match host.nvml().map(|n| n.snapshot()) {
             Some(Ok(snapshot)) => keep.extend(
@@ -177,6 +176,27 @@ impl Vendor for Nvidia {
         let mut gpus: BTreeMap<PciAddr, Accelerator> = pci_functions(platform, 0x10de, is_gpu_class)
             .map(|n| (n.address.expect("filtered"), pci_accelerator(host, n, "nvidia", "nvidia")))
             .collect();
+        // GPU memory the driver exposes as a NUMA node (`numa_status`, POWER9 and Grace): the
+        // driver's listing also names GPUs whose PCI ids a capture stripped.
+        let memory_nodes = read_numa_status(host, &mut report.warnings);
+        for node in platform.pci.iter().filter(|n| n.vendor.is_none() && n.class.is_some_and(is_gpu_class)) {
+            if let Some(addr) = node.address.filter(|a| memory_nodes.contains_key(a)) {
+                let mut acc = pci_accelerator(host, node, "nvidia", "nvidia");
+                acc.product = "NVIDIA GPU (PCI ids unreadable)".into();
+                gpus.entry(addr).or_insert(acc);
+            }
+        }
+        for (addr, node) in &memory_nodes {
+            let Some(gpu) = gpus.get_mut(addr) else { continue };
+            match platform.numa_node(*node) {
+                Some(n) if n.cpus.is_empty() => gpu.memory_numa_node = Some(*node),
+                _ => report.warnings.push(Warning {
+                    source: SRC.into(),
+                    path: Some(format!("/proc/driver/nvidia/gpus/{addr}/numa_status")),
+                    message: format!("names NUMA node {node}, which is not a memory-only node here; ignored"),
+                }),
+            }
+        }
         // The driver's /dev/nvidia<minor>, as procfs records it for each GPU (`Device Minor:`);
         // PCI order only where it records none. Set before NVML so MIG partitions share their
         // GPU's file.
@@ -197,12 +217,17 @@ impl Vendor for Nvidia {
             }
             Err(e) => {
                 procfs(&proc_info, &mut gpus);
-                if !gpus.is_empty() {
-                    report.warnings.push(Warning {
-                        source: SRC.into(),
-                        path: None,
-                        message: format!("{e}; NVLink links and fabric are unknown (read from procfs only)"),
-                    });
+                let found = imported::apply(host, platform, &mut gpus, &mut report);
+                if !gpus.is_empty() && !found.links_known {
+                    let message = match found.source {
+                        Some(tool) => format!(
+                            "{tool} recorded no NVLink for these GPUs (no {} matrix or link element: taken \
+                             without NVML); NVLink links and fabric are unknown",
+                            imported::MATRIX
+                        ),
+                        None => format!("{e}; NVLink links and fabric are unknown (read from procfs only)"),
+                    };
+                    report.warnings.push(Warning { source: SRC.into(), path: None, message });
                 }
             }
         }
@@ -373,14 +398,14 @@ fn apply_nvml(
         // Both ends report the link: each physical link was counted twice.
         let count = count.div_ceil(2);
         let gbps = accs.get(a.as_str()).and_then(|acc| link_gbps(host, acc, count));
-        links.push(Link { a, b, kind: NVLINK, count, gbps });
+        links.push(Link::new(a, b, NVLINK, count, gbps));
     }
     let switched: Vec<(&String, &u32)> = switch_links.iter().collect();
     for (i, (a, ca)) in switched.iter().enumerate() {
         for (b, cb) in &switched[i + 1..] {
             let count = (**ca).min(**cb);
             let gbps = accs.get(a.as_str()).and_then(|acc| link_gbps(host, acc, count));
-            links.push(Link { a: (*a).clone(), b: (*b).clone(), kind: NVSWITCH, count, gbps });
+            links.push(Link::new((*a).clone(), (*b).clone(), NVSWITCH, count, gbps));
         }
     }
     // MIG devices have no GPU-to-GPU peer access (neither NVLink nor PCIe, NVIDIA's MIG user
@@ -417,6 +442,8 @@ fn apply_nvml(
             source: "nvml-fabric".into(),
             accelerators: members.into_iter().collect(),
             scale_up: true,
+            // An NVL72 clique holds 1 to 18 trays: the cluster says how many share this one.
+            nodes: None,
         });
     }
     partitions
@@ -512,6 +539,26 @@ fn read_procfs(host: &Host, warnings: &mut Vec<Warning>) -> BTreeMap<PciAddr, (P
             continue;
         };
         out.insert(addr, (info, host.display(&path)));
+    }
+    out
+}
+
+/// The NUMA node of each GPU's memory, from `/proc/driver/nvidia/gpus/<bdf>/numa_status`
+/// (`Node:      255`; the driver writes it where GPU memory is a NUMA node, as on POWER9 and
+/// Grace; hwloc's Linux backend reads the same line).
+fn read_numa_status(host: &Host, warnings: &mut Vec<Warning>) -> BTreeMap<PciAddr, u32> {
+    let dir = host.path("/proc/driver/nvidia/gpus");
+    let mut out = BTreeMap::new();
+    for name in host.list_dir(&dir, SRC, warnings) {
+        let path = dir.join(&name).join("numa_status");
+        let Some(text) = host.read_attr(&path, SRC, warnings) else { continue };
+        let node = text.lines().find_map(|l| l.trim().strip_prefix("Node:")).and_then(|v| v.trim().parse::<u32>().ok());
+        match (parse_bus_id(&name), node) {
+            (Some(addr), Some(node)) => {
+                out.insert(addr, node);
+            }
+            _ => warnings.push(host.warning(SRC, &path, "no `Node:` line for a PCI address; ignored".into())),
+        }
     }
     out
 }
