@@ -48,42 +48,28 @@ pub fn format(dtype: &str) -> Option<Format> {
     }
 }
 
-/// `x` saturated to the format's range and rounded to nearest even.
+/// `x` saturated to the format's range and rounded to nearest even. Branch-light: a normal
+/// result rounds by adding half an FP8 ulp (less one, plus the kept bit for ties to even) to the
+/// f32 bits and shifting; a subnormal one by adding a power of two whose f32 ulp is the FP8
+/// subnormal step, so that the float addition itself rounds to nearest even, and taking the low
+/// bits of the sum. Checked against the step-by-step form in the tests.
 pub fn encode(x: f32, f: Format) -> u8 {
     let bits = x.to_bits();
     let sign = ((bits >> 31) as u8) << 7;
-    if x.is_nan() {
-        return sign | f.nan;
-    }
-    let a = x.abs().min(f.max);
-    if a == 0.0 {
-        return sign;
-    }
-    let bits = a.to_bits();
-    let exp32 = (bits >> 23) as i32;
-    let e = exp32 - 127 + f.bias;
-    let sig = u64::from(bits & 0x7f_ffff) | if exp32 > 0 { 1 << 23 } else { 0 };
-    // Bits to drop: the f32 fraction beyond the target's, plus the shift into the subnormals.
-    let mut shift = 23 - f.man as i32;
-    let mut code_exp = e;
-    if e < 1 {
-        shift += 1 - e;
-        code_exp = 0;
-    }
-    if shift >= 40 {
-        return sign;
-    }
-    let shift = shift as u32;
-    let mut v = sig >> shift;
-    let rest = sig & ((1 << shift) - 1);
-    let half = 1 << (shift - 1);
-    if rest > half || (rest == half && v & 1 == 1) {
-        v += 1;
-    }
-    // For normals, `v` still holds the implicit bit: replace it with the exponent field (a
-    // carry out of the fraction lands in the exponent, as it should).
-    let code = if code_exp >= 1 { (v - (1 << f.man)) + ((code_exp as u64) << f.man) } else { v };
-    sign | code as u8
+    let a = x.abs().min(f.max); // NaN gives max here; it is picked out below
+    let ab = a.to_bits();
+    // Both roundings are computed and one is selected, so that data of mixed magnitudes costs
+    // no mispredicted branches. Subnormal: 2^(24 - bias - man) has the FP8 subnormal step
+    // 2^(1 - bias - man) as its f32 ulp.
+    let magic = ((151 - f.bias - f.man as i32) as u32) << 23;
+    let sub = (a + f32::from_bits(magic)).to_bits().wrapping_sub(magic);
+    // Normal: rebias the exponent from f32's 127 to the format's, then round.
+    let drop = 23 - f.man;
+    let norm =
+        ab.wrapping_sub(((127 - f.bias) as u32) << 23).wrapping_add((1 << (drop - 1)) - 1 + ((ab >> drop) & 1)) >> drop;
+    // The smallest normal FP8 value, 2^(1 - bias), as f32 bits.
+    let code = if ab < ((128 - f.bias) as u32) << 23 { sub } else { norm };
+    sign | if x.is_nan() { f.nan } else { code as u8 }
 }
 
 /// The value of an FP8 byte (for tests and dequantising).
@@ -318,16 +304,25 @@ pub fn quantize(
         load_run(local.bytes, local.dtype, start as usize, &mut run);
         let r = if n >= 2 { lead[n - 2] } else { 0 };
         let c0 = if n >= 1 { boxed[n - 1][0] } else { 0 };
-        for (c, (slot, &v)) in out[written..written + width].iter_mut().zip(&run).enumerate() {
-            let s = grid[group(r, c0 + c as u64)];
-            *slot = if v.abs() < zero_below(s, f) {
-                // `v / s` rounds to zero in FP8 (below half the smallest subnormal, or a tie
-                // with it, which goes to the even zero): skip a division that would make an
-                // f32 subnormal, which costs the CPU a hundred cycles.
-                ((v.to_bits() >> 31) as u8) << 7
-            } else {
-                encode(v / s, f)
+        // A span of the run within one scale group at a time: its scale and threshold once.
+        let mut c = 0usize;
+        while c < width {
+            let col = c0 + c as u64;
+            let end = match scale {
+                Scale::Tensor => width,
+                Scale::Block => (((col / BLOCK + 1) * BLOCK - c0) as usize).min(width),
             };
+            let s = grid[group(r, col)];
+            let zero = zero_below(s, f);
+            for (slot, &v) in out[written + c..written + end].iter_mut().zip(&run[c..end]) {
+                // `v / s` rounds to zero in FP8 below `zero` (half the smallest subnormal, or
+                // a tie with it, which goes to the even zero): divide a signed zero instead,
+                // since a division that makes an f32 subnormal costs the CPU a hundred cycles
+                // (a select, not a branch: weights mix magnitudes).
+                let v = if v.abs() < zero { f32::from_bits(v.to_bits() & 0x8000_0000) } else { v };
+                *slot = encode(v / s, f);
+            }
+            c = end;
         }
         written += width;
         for d in (0..lead.len()).rev() {
@@ -354,6 +349,72 @@ pub fn quantize(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The step-by-step form of `encode` (shift, compare the rest with half, carry): the oracle.
+    fn encode_steps(x: f32, f: Format) -> u8 {
+        let bits = x.to_bits();
+        let sign = ((bits >> 31) as u8) << 7;
+        if x.is_nan() {
+            return sign | f.nan;
+        }
+        let a = x.abs().min(f.max);
+        if a == 0.0 {
+            return sign;
+        }
+        let bits = a.to_bits();
+        let exp32 = (bits >> 23) as i32;
+        let e = exp32 - 127 + f.bias;
+        let sig = u64::from(bits & 0x7f_ffff) | if exp32 > 0 { 1 << 23 } else { 0 };
+        // Bits to drop: the f32 fraction beyond the target's, plus the shift into the subnormals.
+        let mut shift = 23 - f.man as i32;
+        let mut code_exp = e;
+        if e < 1 {
+            shift += 1 - e;
+            code_exp = 0;
+        }
+        if shift >= 40 {
+            return sign;
+        }
+        let shift = shift as u32;
+        let mut v = sig >> shift;
+        let rest = sig & ((1 << shift) - 1);
+        let half = 1 << (shift - 1);
+        if rest > half || (rest == half && v & 1 == 1) {
+            v += 1;
+        }
+        // For normals, `v` still holds the implicit bit: replace it with the exponent field (a
+        // carry out of the fraction lands in the exponent, as it should).
+        let code = if code_exp >= 1 { (v - (1 << f.man)) + ((code_exp as u64) << f.man) } else { v };
+        sign | code as u8
+    }
+
+    #[test]
+    fn the_fast_encoding_agrees_with_the_steps() {
+        // Every FP8 boundary's neighbourhood (each code's value and the midpoints to its
+        // neighbours, a few f32 ulps either side), then a stride through all f32 bit patterns.
+        for f in [E4M3, E5M2] {
+            let mut check = |v: f32| {
+                assert_eq!(encode(v, f), encode_steps(v, f), "{v:e} ({:#x})", v.to_bits());
+                assert_eq!(encode(-v, f), encode_steps(-v, f), "{:e}", -v);
+            };
+            for b in 0..0x7fu8 {
+                let (lo, hi) = (decode(b, f), decode(b + 1, f));
+                if !lo.is_finite() || !hi.is_finite() {
+                    continue;
+                }
+                for c in [lo, (lo + hi) / 2.0, hi] {
+                    for d in -3i32..=3 {
+                        check(f32::from_bits(c.to_bits().wrapping_add_signed(d)));
+                    }
+                }
+            }
+            let mut bits = 0u32;
+            while let Some(next) = bits.checked_add(65_521) {
+                check(f32::from_bits(bits));
+                bits = next;
+            }
+        }
+    }
 
     #[test]
     fn encodes_round_trip_every_code() {
