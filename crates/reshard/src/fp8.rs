@@ -393,7 +393,7 @@ mod tests {
         // Every FP8 boundary's neighbourhood (each code's value and the midpoints to its
         // neighbours, a few f32 ulps either side), then a stride through all f32 bit patterns.
         for f in [E4M3, E5M2] {
-            let mut check = |v: f32| {
+            let check = |v: f32| {
                 assert_eq!(encode(v, f), encode_steps(v, f), "{v:e} ({:#x})", v.to_bits());
                 assert_eq!(encode(-v, f), encode_steps(-v, f), "{:e}", -v);
             };
