@@ -220,14 +220,14 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         + " / ".join(f"{x:.1f}" for x in load) + " at the start (the machine is shared with other sessions).",
         "",
         f"{count} bf16 tensors of {bws.ROWS} rows; 4 trainer nodes to 4 inference nodes of 2 ranks; both directions of every "
-        f"link shaped to {rate}; {iters} warm rounds (medians) after a cold one. Sync: from the fresh weights written to every "
+        f"link shaped to {rate}; {iters} warm rounds (medians) after a cold one (the first round with the full plan: its buffers made and first touched). Sync: from the fresh weights written to every "
         "rank switched. Floor: the busiest link's bytes at the shaped rate (FP8's own: its bytes are half). Model: "
         "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster (efficiency), plus a "
         "fixed cost per step measured in the same cluster: the sync of one of the 32 tensors, less the model's link time for it "
         "(the setup column).",
         "",
-        "| size | system | floor | model (efficiency, setup) | warm sync | sync / floor | model / sync | pause (% of total) | serving p99 | worst admission wait |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| size | system | floor | model (efficiency, setup) | cold sync | warm sync | sync / floor | model / sync | pause (% of total) | serving p99 | worst admission wait |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts, model = [], {sys_: [] for sys_ in SYSTEMS}
     for size in sizes:
@@ -241,7 +241,7 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
             ratio = pred["seconds"] / sync
             model[s].append(f"{ratio:.2f}x")
             lines.append(
-                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}) | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
+                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}) | {ms(rows[0]['sync'])} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
                 f"{pause * 100:.2f}% | {med(rows, 'serving_p99') * 1e3:.1f} ms | {max(x['admission_wait'] for x in rows) * 1e3:.0f} ms |"
             )
             r[s]["floor"], r[s]["sync"], r[s]["pause_frac"] = floor, sync, max(x["pause"] / x["total"] for x in rows)
