@@ -634,9 +634,14 @@ class Plan:
         (`accel_reshard::fabric`): ``fleet`` gives ``nics`` and ``nic_gbit`` per host (and
         optionally ``host_gbit`` overrides, scale-up ``domains`` with ``scale_up_gbyte``,
         ``leaves`` with their ``oversubscription``, the ``efficiency`` a transfer reaches, relays'
-        ``chunk_bytes`` and a fixed ``setup_s``). Returns ``floor_s`` (the busiest resource at
-        line rate), ``seconds`` (the prediction), ``bottleneck`` and its bytes, the bytes over
-        NICs and scale-up links, and the longest relay chain (``hops``)."""
+        ``chunk_bytes`` and a fixed ``setup_s``; ``convert``, required when the plan quantises:
+        ``scales_gbyte`` and ``quantize_gbyte``, one thread's GB/s of source-dtype input, the
+        ``threads`` a host converts on at once and whether sending ``overlaps`` it; and the
+        sync's ``admission`` limits, ``receivers`` and ``bytes`` per source link). Returns
+        ``floor_s`` (the busiest resource at line rate), ``seconds`` (the prediction), its
+        ``links_s`` (every admission wave's) and ``convert_s`` parts, ``waves``, the bytes read to
+        convert, ``bottleneck`` and its bytes, the bytes over NICs and scale-up links, and the
+        longest relay chain (``hops``). A `LayoutError` names what the fleet lacks or gets wrong."""
         try:
             out: dict[str, Any] = json.loads(self._native.predict(json.dumps(dict(fleet))))
         except ValueError as e:

@@ -203,3 +203,13 @@ def test_the_fabric_model_replays_a_plan_over_a_described_fleet() -> None:
     assert got["nic_bytes"] == p.bytes
     with pytest.raises(W.LayoutError, match="invalid fleet"):
         p.predict({"nics": 1})
+    # Quantising at the source: the conversion must be described, and it adds to the links.
+    q = W.plan(W.Layout.sharded({"w": ((1024, 1024), "bf16")}, ranks=2, dim=0).on(["t0", "t1"]),
+               W.Layout.sharded({"w": ((1024, 1024), "bf16")}, ranks=2, dim=0).on(["i0", "i1"]).with_dtypes("f8e4m3", scale="block"))
+    with pytest.raises(W.LayoutError, match="describe the conversion"):
+        q.predict({"nics": 1, "nic_gbit": 8})
+    with pytest.raises(W.LayoutError, match="must be positive"):
+        q.predict({"nics": 1, "nic_gbit": 8, "convert": {"scales_gbyte": 0, "quantize_gbyte": 1, "threads": 1}})
+    got = q.predict({"nics": 1, "nic_gbit": 8, "convert": {"scales_gbyte": 1, "quantize_gbyte": 1, "threads": 1}})
+    assert got["convert_bytes"] == 4 << 20 and got["convert_s"] == pytest.approx(2 * 2**20 / 1e9)
+    assert got["seconds"] == pytest.approx(got["links_s"] + got["convert_s"])

@@ -96,7 +96,7 @@ impl ReshardPlan {
     fn predict(&self, fleet: &str) -> PyResult<String> {
         let fleet: accel_reshard::Fleet =
             serde_json::from_str(fleet).map_err(|e| PyValueError::new_err(format!("invalid fleet: {e}")))?;
-        serde_json::to_string(&accel_reshard::predict(&self.plan, &fleet)).map_err(value_error)
+        serde_json::to_string(&accel_reshard::predict(&self.plan, &fleet).map_err(value_error)?).map_err(value_error)
     }
 
     /// The plan as bytes (`reshard_plan_load` reads them back), tagged with `tag`.

@@ -2,6 +2,9 @@
 //! scales, then the whole box quantised to E4M3, against a memcpy of the same bytes.
 //!
 //!     cargo run --release -p accel-reshard --example fp8_speed
+//!
+//! The last line is JSON, the median of three rounds on one thread: what the fabric model's
+//! `convert` describes (`scripts/bench_weight_sync_frontier.py` reads it).
 
 use std::time::Instant;
 
@@ -21,6 +24,7 @@ fn main() {
     let boxed = [[0, rows], [0, cols]];
     let mut out = vec![0u8; piece_bytes(&boxed, Scale::Block).0 as usize];
     let mut copy = vec![0u8; src.len()];
+    let (mut scale_rates, mut quant_rates) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let t = Instant::now();
         let grid = scales(&local, Scale::Block, E4M3).expect("scales");
@@ -41,5 +45,12 @@ fn main() {
         println!("encode alone {:.1} ns/element", e * 1e9 / (rows * cols) as f64);
         let gb = src.len() as f64 / 1e9;
         println!("scales {:.2} GB/s, quantise {:.2} GB/s, memcpy {:.2} GB/s (of bf16 input)", gb / s, gb / q, gb / m);
+        scale_rates.push(gb / s);
+        quant_rates.push(gb / q);
     }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("{{\"scales_gbyte\": {:.4}, \"quantize_gbyte\": {:.4}}}", median(scale_rates), median(quant_rates));
 }

@@ -29,7 +29,7 @@ mod plan;
 pub use balance::Links;
 pub use codec::{decode, encode};
 pub use dtype::{convertible, is_fp8, itemsize, wire, DTYPES};
-pub use fabric::{predict, Fleet, Prediction};
+pub use fabric::{predict, Admission, Convert, Fleet, Prediction};
 pub use fp8::Scale;
 pub use layout::{Layout, RankSpec, TensorSpec};
 pub use plan::{plan, Buffer, Fetch, Piece, Plan, PlanTensor, ALIGN};
@@ -50,4 +50,6 @@ pub enum Error {
     Cache(String),
     #[error("{0}")]
     Membership(String),
+    #[error("invalid fleet: {0}")]
+    Fleet(String),
 }

@@ -580,9 +580,9 @@ impl Plan {
         self.classes.iter().position(|c| c.contains(&rank))
     }
 
-    /// Calls `f(provider host, reader hosts (sorted), bytes, relayed)` for every piece placed:
-    /// what the fabric model replays.
-    pub(crate) fn each_move(&self, mut f: impl FnMut(usize, &[u32], u64, bool)) {
+    /// Calls `f(provider host, class, reader hosts (sorted), bytes, relayed)` for every piece
+    /// placed: what the fabric model replays.
+    pub(crate) fn each_move(&self, mut f: impl FnMut(usize, usize, &[u32], u64, bool)) {
         let relayed: Vec<Vec<bool>> = self
             .class_hosts
             .iter()
@@ -594,8 +594,56 @@ impl Plan {
         self.each_need(|ti, _, p, c, n, _| {
             let (nbytes, _) = self.tensors[ti].piece_bytes(&p.boxed);
             let host = self.src_hosts[self.choice[n] as usize] as usize;
-            f(host, &self.class_hosts[c as usize], nbytes, relayed[c as usize][host]);
+            f(host, c as usize, &self.class_hosts[c as usize], nbytes, relayed[c as usize][host]);
         });
+    }
+
+    /// Per source rank, the source-dtype bytes it reads each step to quantise to FP8, as
+    /// `Sender.publish` does: (the scales pass, which reads its whole box of every tensor it
+    /// quantises once; the encoding, which reads each piece once per buffer that carries it).
+    pub(crate) fn conversion_bytes(&self) -> Vec<(u64, u64)> {
+        // Each source box's volume: the template pieces cut from it (the destination covers
+        // the tensor, so they tile it), each counted once.
+        let boxes: Vec<Vec<u64>> = self
+            .templates
+            .iter()
+            .map(|t| {
+                let mut v = vec![0u64; t.nsrc as usize];
+                for p in &t.pieces {
+                    v[p.src as usize] += volume(&p.boxed);
+                }
+                v
+            })
+            .collect();
+        let mut out = vec![(0u64, 0u64); self.sources];
+        let mut last = vec![usize::MAX; self.sources];
+        self.each_need(|ti, _, p, _, n, _| {
+            let t = &self.tensors[ti];
+            if !t.quantized() {
+                return;
+            }
+            let size = dtype::itemsize(t.src_dtype).unwrap_or(1);
+            let r = self.choice[n] as usize;
+            if last[r] != ti {
+                last[r] = ti;
+                out[r].0 += boxes[self.inst[ti] as usize][p.src as usize] * size;
+            }
+            out[r].1 += volume(&p.boxed) * size;
+        });
+        out
+    }
+
+    /// Calls `f(source rank, class, bytes)` for every piece placed.
+    pub(crate) fn each_need_bytes(&self, mut f: impl FnMut(usize, usize, u64)) {
+        self.each_need(|ti, _, p, c, n, _| {
+            f(self.choice[n] as usize, c as usize, self.tensors[ti].piece_bytes(&p.boxed).0);
+        });
+    }
+
+    /// The host index of each source rank and of each destination rank slot, and each class's
+    /// ranks: what the fabric model needs to place conversion and admission.
+    pub(crate) fn rank_hosts(&self) -> (&[u32], &[u32], &[Vec<usize>]) {
+        (&self.src_hosts, &self.dst_hosts, &self.classes)
     }
 
     /// Whether every chosen source rank holds its piece's box (a loaded plan is checked).
