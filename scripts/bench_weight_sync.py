@@ -274,6 +274,7 @@ def define_actors():
             self.serving: threading.Thread | None = None
             self.longest = 0.0
             self.reads = 0
+            self.waits: list[float] = []
 
         def ready(self):
             return True
@@ -293,6 +294,7 @@ def define_actors():
                 except Exception:  # noqa: BLE001  (the receiver went away: reset() stops serving)
                     return
                 self.longest, self.reads = max(self.longest, waited), self.reads + 1
+                self.waits.append(waited)
                 time.sleep(0.005)
 
         def serve(self) -> bool:
@@ -303,9 +305,36 @@ def define_actors():
         def staging(self) -> int:
             return self._receiver().staging_bytes
 
-        def longest_wait(self) -> tuple[float, int]:
-            got, self.longest = (self.longest, self.reads), 0.0
+        def longest_wait(self) -> tuple[float, int, float]:
+            """The longest wait since the last call, the reads so far, and the 99th percentile
+            of the waits since the last call."""
+            p99 = float(np.percentile(self.waits, 99)) if self.waits else 0.0
+            got, self.longest, self.waits = (self.longest, self.reads, p99), 0.0, []
             return got
+
+        def fp8_read(self, step: int):
+            """Reads every byte (a checksum) and checks sampled elements: each FP8 value times
+            its block's scale is within FP8's rounding of the step's bf16 value."""
+            import ml_dtypes
+
+            with self.weights() as (version, tensors):
+                if version != step:
+                    raise AssertionError(f"rank {self.rank} serves version {version} after the sync of {step}")
+                total = sum(bt.checksum(a) for a in tensors.values())
+                rng = np.random.default_rng(step)
+                for name, ((r0, r1), (c0, c1)) in self.boxes.items():
+                    if name not in tensors:  # a plan of some of the tensors
+                        continue
+                    q, sc = tensors[name], tensors[name + "_scale_inv"]
+                    i, j = rng.integers(0, r1 - r0, 16), rng.integers(0, c1 - c0, 16)
+                    bits = ((A * (i + r0) + C * int(name[1:]) + D * step + B * (j + c0)) % 65536).astype(np.uint16)
+                    want = (bits.astype(np.uint32) << 16).view(np.float32)
+                    s = sc[(i + r0) // 128 - r0 // 128, (j + c0) // 128 - c0 // 128]
+                    got = q[i, j].view(ml_dtypes.float8_e4m3fn).astype(np.float32) * s
+                    ok = np.isnan(want) | (np.abs(got - want) <= np.abs(want) / 16 + s * 2.0**-9 + 1e-30) | (np.abs(want) > 448 * s)
+                    if not ok.all():
+                        raise AssertionError(f"fp8, rank {self.rank}, {name}: sampled elements are not the step's values")
+            return time.perf_counter(), total
 
         def accel_read(self, step: int):
             with self.weights() as (version, tensors):
@@ -504,8 +533,10 @@ def memory_used() -> int | None:
     return None
 
 
-def cluster(size: int, system: str, count: int, rate: str, iters: int) -> dict:
-    """One cluster (namespaces, shaping, a Ray node in each) for one system at one size."""
+def cluster(size: int, system: str, count: int, rate: str, iters: int, script: str = __file__, calibrate=None) -> dict:
+    """One cluster (namespaces, shaping, a Ray node in each) for one system at one size; its
+    driver is ``script --role driver``. ``calibrate(env)``, if given, runs once the namespaces
+    are up and before Ray starts; what it returns is in the result as ``calibration``."""
     net_up(NODES, rate)
     SCRATCH.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -522,6 +553,7 @@ def cluster(size: int, system: str, count: int, rate: str, iters: int) -> dict:
 
     ok = False
     try:
+        calibration = calibrate() if calibrate is not None else None
         for i in range(NODES):  # one at a time: at once, two cores time Ray's node startup out
             role = ["--head", f"--port={bb.RAY_PORT}", "--include-dashboard=false"] if i == 0 else [f"--address={bb.addr(0)}:{bb.RAY_PORT}"]
             cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", f"--node-ip-address={bb.addr(i)}", "--num-cpus=1"]
@@ -534,7 +566,7 @@ def cluster(size: int, system: str, count: int, rate: str, iters: int) -> dict:
         watcher.start()
         args = ["--role", "driver", "--sizes", str(size), "--system", system, "--tensors", str(count), "--iters", str(iters)]
         driver = subprocess.Popen(
-            ["ip", "netns", "exec", bb.node(0), sys.executable, __file__, *args],
+            ["ip", "netns", "exec", bb.node(0), sys.executable, script, *args],
             env={**env, "ACCEL_TRANSPORT_BIND": f"{bb.addr(0)}:0"}, stdout=subprocess.PIPE, text=True,
         )
         out, _ = driver.communicate(timeout=3600)
@@ -543,6 +575,8 @@ def cluster(size: int, system: str, count: int, rate: str, iters: int) -> dict:
         ok = True
         got = json.loads(out.strip().splitlines()[-1])
         got[f"memory_{system}"] = {"idle": idle, "peak": peak[0]}
+        if calibration is not None:
+            got["calibration"] = calibration
         return got
     finally:
         sampling.set()

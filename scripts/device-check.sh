@@ -65,5 +65,13 @@ echo "== device check passed; evidence in $OUT"
 # ACCEL_DEVICE_CHECK_TRANSPORT=0.
 if [ "${ACCEL_DEVICE_CHECK_TRANSPORT:-1}" = 1 ]; then
   echo "== transport GPU paths"
-  OUT="$OUT" bash scripts/device-check-gpu-paths.sh
+  OUT="$OUT" bash scripts/device-check-gpu-paths.sh || status=1
 fi
+
+# The weight sync's device path (bf16 and FP8, resharded, device to device, GB/s against
+# cuMemcpyDtoD, every byte compared); skip with ACCEL_DEVICE_CHECK_WEIGHT_SYNC=0.
+if [ "${ACCEL_DEVICE_CHECK_WEIGHT_SYNC:-1}" = 1 ]; then
+  echo "== weight sync device path"
+  OUT="$OUT" bash scripts/device-check-weight-sync.sh || status=1
+fi
+exit "${status:-0}"

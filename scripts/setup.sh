@@ -12,7 +12,7 @@ fi
 # substituted file on the index is refused. python/requirements-dev.in says what we want;
 # requirements-dev.txt is its pip-compile lock (Ray 2.60, numpy, the test tools, maturin, psycopg
 # for the lab's PostgreSQL store, ziglang and cargo-zigbuild for scripts/wheel.sh).
-if ! .venv/bin/python -c "import ray, numpy, pytest, mypy, psycopg, ziglang" >/dev/null 2>&1 || [ ! -x .venv/bin/maturin ] || [ ! -x .venv/bin/cargo-zigbuild ]; then
+if ! .venv/bin/python -c "import ray, numpy, ml_dtypes, pytest, mypy, psycopg, ziglang" >/dev/null 2>&1 || [ ! -x .venv/bin/maturin ] || [ ! -x .venv/bin/cargo-zigbuild ]; then
   echo "== installing Python packages into .venv (pinned, hashes checked)"
   # `python -m pip`, not .venv/bin/pip: a copied .venv's scripts still name the original's python.
   .venv/bin/python -m pip install -q --require-hashes -r python/requirements-pip.txt

@@ -51,6 +51,9 @@ class Consumer:
     def rdt(self, obj) -> tuple:
         return float(obj["w"].sum()), obj["w"].flags.writeable, obj["meta"], obj["b"].tolist()
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 @ray.remote
 def task_total(ref) -> float:
@@ -106,6 +109,32 @@ def test_accel_tensor_transport_for_numpy(cluster):
     assert ray.get(p.live_buffers.remote()) == 0
     ray.kill(p)
     ray.kill(c)
+
+
+def test_a_failed_accel_transfer_is_aborted_without_killing_the_receiver(cluster, monkeypatch):
+    # ACCEL can abort (can_abort_transport() is True): when a transfer outlives Ray's RDT
+    # deadline, Ray asks the receiver to abort it instead of killing both actors, as it does for
+    # transports that cannot abort. Here the source is frozen (SIGSTOP) after publishing, so the
+    # receiver's stream stalls past a 2 s deadline.
+    from ray._private import ray_constants
+
+    monkeypatch.setattr(ray_constants, "RDT_FETCH_FAIL_TIMEOUT_SECONDS", 2.0)
+    p = Producer.options(max_restarts=0).remote()
+    c = Consumer.options(runtime_env={"env_vars": {"ACCEL_TRANSPORT_PATH": "tcp"}}).remote()
+    before = ray.get(c.pid.remote(), timeout=60)
+    obj = p.make_rdt.remote(1 << 16)
+    ray.wait([obj], timeout=60)
+    pid = ray.get(p.pid.remote(), timeout=60)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(Exception):
+            ray.get(c.rdt.remote(obj), timeout=120)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # The receiver lives on, in the same process: it was aborted, not killed (with
+    # can_abort_transport() False, this call raises ActorDiedError).
+    assert ray.get(c.pid.remote(), timeout=60) == before
+    ray.kill(p)
 
 
 def test_restarted_actor_gets_a_fresh_endpoint_and_stale_refs_fail_cleanly(cluster):

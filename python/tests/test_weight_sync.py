@@ -366,4 +366,30 @@ def test_metrics_are_in_the_transport_exposition():
         "accel_weight_sync_link_gbps{peer=",
     ):
         assert series in text, series
-    assert W.stats()["last_bytes"]["receive"] == sum(b.nbytes for _, _, b in p.for_destination(0).fetches)
+    assert W.stats()["last_bytes"]["receive"] == sum(x.nbytes for _, _, b in p.for_destination(0).fetches for x in b.pieces)
+
+
+def test_plans_are_cached_across_processes(tmp_path):
+    # A plan saved in a cache directory is loaded by another process, not planned again; a
+    # damaged file is planned again and replaced; a file for another pair is refused.
+    src, dst = layouts()
+    code = (
+        "import sys, time; sys.path.insert(0, %r); from test_weight_sync import layouts; from accel import weights as W; "
+        "s, d = layouts(); p = W.plan(s, d, cache=%r); print(p.id, p.bytes, p.templates, p.pieces)"
+    ) % (os.path.dirname(__file__), str(tmp_path))
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    (saved,) = list(tmp_path.iterdir())
+    mtime = saved.stat().st_mtime_ns
+    assert saved.stat().st_mode & 0o077 == 0
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert first == second and saved.stat().st_mtime_ns == mtime  # read, not rewritten
+    p = W.plan(src, dst)
+    loaded = W.Plan.from_bytes(src, dst, saved.read_bytes())
+    assert loaded.id == p.id and loaded.bytes == p.bytes and loaded.for_destination(1) == p.for_destination(1)
+    with pytest.raises(W.LayoutError, match="another pair"):
+        W.Plan.from_bytes(src.on(["x"] * 4), dst, saved.read_bytes())
+    with pytest.raises(W.LayoutError, match="cached plan"):
+        W.Plan.from_bytes(src, dst, saved.read_bytes()[:-7])
+    saved.write_bytes(saved.read_bytes()[:100])
+    third = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert third == first and len(saved.read_bytes()) > 100  # planned again, file replaced

@@ -2,7 +2,10 @@
 ranks (2 data-parallel replicas of a 2-way row split) on one node feed 8 inference ranks (2
 replicas of a 4-way column split, bf16 converted to fp16) on two others, every byte checked;
 then a destination and a source die mid-sync and a rank breaks while the others switch, and
-every rank keeps serving its old version."""
+every rank keeps serving its old version. Elastic: three steps with a replica joining after the
+first (caught up from a replica peer), a rank killed during the second and one stalled past the
+deadline in the third, while every other rank lands each version; admission bounds the
+receivers per source link."""
 
 from __future__ import annotations
 
@@ -60,9 +63,22 @@ class Trainer(accel.ray.WeightSource):
         return self.publish_weights(version, boxed(SRC, self.rank, state(version)))
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, max_concurrency=4)
 class Worker(accel.ray.WeightTarget):
     fail_commit = False
+    stall = 0.0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def stall_next_receive(self, seconds: float) -> None:
+        self.stall = seconds
+
+    def accel_receive(self, shipments):
+        if self.stall:  # a rank that hangs before landing (a slow link, a stuck engine)
+            seconds, self.stall = self.stall, 0.0
+            time.sleep(seconds)
+        return super().accel_receive(shipments)
 
     def accel_commit(self, version: int) -> float:
         if self.fail_commit:  # a rank that breaks after landing, while the others switch
@@ -219,4 +235,61 @@ def test_ranks_that_die_mid_sync_leave_the_old_version_serving(cluster):
         accel.ray.sync_weights(p, [t.step.remote(6) for t in trainers], workers)
     check_serving(workers, 3)
     for a in trainers + workers:
+        ray.kill(a)
+
+
+def test_an_elastic_fleet_joins_loses_ranks_and_keeps_serving(cluster):
+    import threading
+
+    trainers, workers = start(cluster)
+    p = accel.ray.plan_weight_sync(SRC, trainers, DST, workers)
+    # Step 1, admitted one receiver at a time per source link: every rank lands, one after another.
+    report = accel.ray.sync_weights(p, [t.step.remote(1) for t in trainers], workers, admission=accel.ray.Admission(receivers=1))
+    assert sorted(report.admission_wait) == list(range(8)) and not report.failed
+    waits = sorted(report.admission_wait.values())
+    assert waits[1] > waits[0] and sum(w < waits[1] for w in waits) == 1, waits  # the others waited
+    check_serving(workers, 1)
+
+    # A replica of rank 2 joins between steps: only its part is planned, and it catches up to
+    # version 1 from a replica peer (rank 2 or 6), not from the trainers.
+    joiner = start(cluster, workers=[2])[1][0]
+    p2, rank, seconds = accel.ray.join_weight_target(p, trainers, joiner, like=2, peers=workers)
+    assert rank == 8 and p2.id == p.id and seconds > 0
+    assert p2.for_destination(0) == p.for_destination(0)  # the others' parts did not change
+    workers.append(joiner)
+    seen, tensors = ray.get(joiner.serve.remote(), timeout=60)
+    assert seen == 1 and all(np.array_equal(tensors[n], a) for n, a in expected(2, 1).items())
+
+    # Step 2: rank 5 hangs in its receive and is killed meanwhile; its peers (rank 1 among them,
+    # its replica) land and switch without waiting for the deadline, and rank 5 is named.
+    ray.get(workers[5].stall_next_receive.remote(60), timeout=60)
+    killer = threading.Timer(2.0, kill, args=(workers[5],))
+    killer.start()
+    report = accel.ray.sync_weights(p2, [t.step.remote(2) for t in trainers], workers, deadline=45)
+    killer.join()
+    assert set(report.failed) == {5} and "ActorDiedError" in report.failed[5], report.failed
+    assert report.total < 45
+    alive = [w for d, w in enumerate(workers) if d != 5]
+    for d, (v, tensors) in zip([d for d in range(9) if d != 5], ray.get([w.serve.remote() for w in alive], timeout=120)):
+        assert v == 2, (d, v)
+        for n, a in expected(2 if d == 8 else d, 2).items():
+            np.testing.assert_array_equal(tensors[n], a, err_msg=f"rank {d}, {n}")
+    p3 = accel.ray.leave_weight_target(p2, trainers, 5)
+    assert 5 not in p3.members and p3.bytes == p2.bytes - p2.bytes // 9
+
+    # Step 3: rank 0 stalls past the deadline; the others switch to version 3, and rank 0, left
+    # one version behind with max_version_lag=0, is told to stop serving.
+    ray.get(workers[0].stall_next_receive.remote(12), timeout=60)
+    report = accel.ray.sync_weights(p3, [t.step.remote(3) for t in trainers], workers, deadline=5, max_version_lag=0)
+    assert set(report.failed) == {0} and "did not land within 5 s" in report.failed[0]
+    assert report.stale == [0]
+    assert report.nbytes == p3.bytes - p3.bytes // 8
+    with pytest.raises(Exception, match="not serving until it catches up"):
+        ray.get(workers[0].serve.remote(), timeout=60)
+    for d in (1, 2, 3, 4, 6, 7, 8):
+        v, tensors = ray.get(workers[d].serve.remote(), timeout=60)
+        assert v == 3
+        for n, a in expected(2 if d == 8 else d, 3).items():
+            np.testing.assert_array_equal(tensors[n], a, err_msg=f"rank {d}, {n}")
+    for a in trainers + [w for d, w in enumerate(workers) if d != 5]:
         ray.kill(a)

@@ -1,9 +1,11 @@
 //! The `accel._native` extension module: a thin shell over the Rust crates. Each area registers
 //! its functions from its own file; Python-facing errors are converted in `errors.rs` only.
 
-// PyO3's generated glue uses unsafe code internally; our own code here has none.
+// PyO3's generated glue uses unsafe code; ours reads caller-held arrays and DLPack capsules
+// (`refs.rs`, `reshard.rs`, `device.rs`), each block with its SAFETY note.
 #![allow(unsafe_code)]
 
+mod device;
 mod discover;
 mod errors;
 mod plan;
@@ -19,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     discover::register(m)?;
+    device::register(m)?;
     plan::register(m)?;
     reshard::register(m)?;
     transport::register(m)?;

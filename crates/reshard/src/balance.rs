@@ -27,11 +27,13 @@ pub(crate) struct Load {
     out: Vec<u64>,
     inn: Vec<u64>,
     worst: u64,
+    /// `cost`'s per-host sums, kept to spare an allocation per candidate.
+    scratch: std::cell::RefCell<Vec<(usize, u64, u64)>>,
 }
 
 impl Load {
     pub fn new(hosts: usize) -> Load {
-        Load { out: vec![0; hosts], inn: vec![0; hosts], worst: 0 }
+        Load { out: vec![0; hosts], inn: vec![0; hosts], worst: 0, scratch: Default::default() }
     }
 
     /// Whether a buffer from a provider on `provider` reaches `readers` (a host per reader)
@@ -70,7 +72,8 @@ impl Load {
     fn cost(&self, provider: usize, readers: &[usize], bytes: u64) -> (u64, u64) {
         let (mut worst, mut total) = (self.worst, 0);
         // A host may appear twice (the provider's out, then a reader's in): bounded by adding.
-        let mut seen: Vec<(usize, u64, u64)> = Vec::new();
+        let mut seen = self.scratch.borrow_mut();
+        seen.clear();
         Load::each(provider, readers, bytes, |h, o, i| {
             match seen.iter_mut().find(|s| s.0 == h) {
                 Some(s) => {
@@ -81,7 +84,7 @@ impl Load {
             }
             total += o + i;
         });
-        for (h, o, i) in seen {
+        for &(h, o, i) in seen.iter() {
             worst = worst.max(self.out[h] + o).max(self.inn[h] + i);
         }
         (worst, total)
@@ -89,7 +92,7 @@ impl Load {
 
     /// Adds one buffer's traffic.
     pub fn add(&mut self, provider: usize, readers: &[usize], bytes: u64) {
-        let Load { out, inn, worst } = self;
+        let Load { out, inn, worst, .. } = self;
         Load::each(provider, readers, bytes, |h, o, i| {
             out[h] += o;
             inn[h] += i;

@@ -82,11 +82,8 @@ fn every_element_arrives_once_from_a_holder() {
         let tensors: Vec<TensorSpec> = (0..n)
             .map(|i| {
                 let dims = 1 + rng.below(3) as usize;
-                TensorSpec {
-                    name: format!("t{i}"),
-                    shape: (0..dims).map(|_| 1 + rng.below(9)).collect(),
-                    dtype: ["f32", "bf16", "i8"][rng.below(3) as usize].into(),
-                }
+                let shape: Vec<u64> = (0..dims).map(|_| 1 + rng.below(9)).collect();
+                TensorSpec::new(format!("t{i}"), &shape, ["f32", "bf16", "i8"][rng.below(3) as usize])
             })
             .collect();
         let (sr, srep) = [(4, 1), (4, 2), (2, 1), (6, 3)][rng.below(4) as usize];
@@ -96,10 +93,12 @@ fn every_element_arrives_once_from_a_holder() {
         let src = sharded(&tensors, sr, srep, &sdims, 1 + rng.below(3) as usize);
         let dst = sharded(&tensors, dr, drep, &ddims, 1 + rng.below(4) as usize);
         let p = plan(&src, &dst).unwrap_or_else(|e| panic!("case {case}: {e}"));
-        for (d, fetches) in p.destinations.iter().enumerate() {
+        let sources = p.sources_all();
+        for d in 0..dr {
             let mut seen: BTreeMap<(usize, Vec<u64>), u32> = BTreeMap::new();
-            for f in fetches {
-                let buffer = &p.sources[f.src][f.buffer];
+            for (f, buffer) in p.destination(d) {
+                assert_eq!(buffer, sources[f.src][f.buffer], "case {case}: both sides expand one buffer alike");
+                let buffer = &buffer;
                 assert!(buffer.readers.contains(&d), "case {case}: rank {d} reads a buffer not meant for it");
                 let mut end = 0;
                 for piece in &buffer.pieces {
@@ -126,7 +125,7 @@ fn every_element_arrives_once_from_a_holder() {
 }
 
 fn t(name: &str, shape: &[u64], dtype: &str) -> TensorSpec {
-    TensorSpec { name: name.into(), shape: shape.to_vec(), dtype: dtype.into() }
+    TensorSpec::new(name, shape, dtype)
 }
 
 fn rank(host: &str, slices: &[(&str, &[[u64; 2]])]) -> RankSpec {
@@ -154,7 +153,7 @@ fn replicas_share_the_load_and_a_local_replica_costs_no_link() {
     let p = plan(&src, &dst).unwrap();
     // Rank 0 (on b) reads only b's replicas, through memory; rank 1 (on c) takes one half from
     // each host, so no uplink carries more than half of what c receives.
-    assert!(p.destinations[0].iter().all(|f| f.src >= 2), "{:?}", p.destinations);
+    assert!(p.destination(0).iter().all(|(f, _)| f.src >= 2), "{:?}", p.destination(0));
     assert_eq!(p.links.inn.get("b"), None);
     assert_eq!((p.links.out["a"], p.links.out["b"], p.links.inn["c"]), (64, 64, 128));
 }
@@ -188,4 +187,39 @@ fn mistakes_are_refused_with_the_tensor_named() {
     // Converting bf16 to f16 is fine.
     let halves = Layout { tensors: vec![t("w", &[4, 4], "f16")], ranks: vec![full] };
     assert_eq!(plan(&ok, &halves).unwrap().tensors[0].dst_dtype, "f16");
+}
+
+#[test]
+fn a_replica_joins_and_leaves_without_planning_again() {
+    let w = [t("w", &[8, 8], "f32")];
+    let half = |i: u64| [[i * 4, i * 4 + 4], [0, 8]];
+    let src = Layout { tensors: w.to_vec(), ranks: vec![rank("a", &[("w", &half(0))]), rank("a", &[("w", &half(1))])] };
+    let col = |i: u64| [[0, 8], [i * 4, i * 4 + 4]];
+    let dst = Layout {
+        tensors: w.to_vec(),
+        ranks: vec![rank("b", &[("w", &col(0))]), rank("c", &[("w", &col(1))]), rank("d", &[("w", &col(0))])],
+    };
+    let p = plan(&src, &dst).unwrap();
+    let per_rank = p.bytes / 3;
+    let (joined, new) = p.with_replica(2, "e").unwrap();
+    assert_eq!(new, 3);
+    assert_eq!(joined.class_of(3), joined.class_of(0));
+    assert_eq!(joined.bytes, p.bytes + per_rank);
+    // The joiner reads what its replica reads; the other class is untouched.
+    let strip = |v: Vec<(accel_reshard::Fetch, accel_reshard::Buffer)>| {
+        v.into_iter().map(|(f, b)| (f, b.pieces)).collect::<Vec<_>>()
+    };
+    assert_eq!(strip(joined.destination(3)), strip(joined.destination(0)));
+    assert_eq!(joined.destination(1), p.destination(1));
+    assert!(joined.destination(0).iter().all(|(_, b)| b.readers == vec![0, 2, 3] && b.relay));
+    assert_eq!(joined.links.inn["e"], per_rank);
+    // Leaving: back to two readers; the last rank of a class cannot leave.
+    let left = joined.without_replica(2).unwrap().without_replica(3).unwrap();
+    assert_eq!(left.bytes, p.bytes - per_rank);
+    assert!(left.destination(2).is_empty() && left.class_of(2).is_none());
+    assert!(left.without_replica(0).unwrap_err().to_string().contains("only one holding its shard"));
+    assert!(p.with_replica(9, "x").is_err());
+    // A plan that changed membership round-trips through its bytes too.
+    let (_, back) = accel_reshard::decode(&accel_reshard::encode(&joined, "j")).unwrap();
+    assert_eq!(back, joined);
 }

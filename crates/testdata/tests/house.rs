@@ -361,6 +361,13 @@ const VENDOR_EXCEPTIONS: &[(&str, &str, &str)] = &[
     ("crates/transport/src/", "cuda", "the CUDA IPC path"),
     ("crates/py/src/refs.rs", "cuda", "the CUDA IPC path of a reference's route"),
     ("python/accel/_buffers.py", "cuda", "route(): whether the CUDA IPC path works here"),
+    // The weight sync's device path (issue 36): DLPack's device types by their names, the CUDA
+    // driver's copies and IPC handles, and each piece's route by its mechanism.
+    ("crates/py/src/device.rs", "cuda", "the CUDA IPC path of a piece's route"),
+    ("python/accel/_device.py", "cuda", "the CUDA driver's copies and IPC handles"),
+    ("python/accel/_device.py", "rocm", "DLPack's device type names (dlpack.h)"),
+    ("python/accel/weights.py", "cuda", "the CUDA IPC path of a buffer packed on a GPU"),
+    ("python/accel/ray/_device_transport.py", "cuda", "the CUDA IPC path of Ray's RDT transport"),
     // Cargo feature names.
     ("crates/discover/src/lib.rs", "nvml", "the `nvml` feature in the build's feature list"),
     // topograph's label namespace is that tool's name for its labels (network.topology.nvidia.com).

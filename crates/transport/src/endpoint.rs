@@ -196,22 +196,51 @@ impl Transport {
                 Error::Protocol("the owner named a relay without the digests to check its bytes".into())
             });
             let got = sums.and_then(|sums| {
+                // The streams count arrivals; each completed piece goes to a hashing thread that
+                // checks it against the owner's digest and only then marks it landed (so this
+                // process's server forwards it), while the streams go on receiving: the digest is
+                // off the critical path, and no unchecked byte is ever forwarded or kept.
                 let verifier = Verifier::new(sums);
                 let failed = std::sync::atomic::AtomicBool::new(false);
-                let checked = |at: u64, len: u64| {
-                    // Once one stripe fails every stripe stops: the owner sends the buffer instead.
-                    if failed.load(std::sync::atomic::Ordering::Relaxed) {
-                        return Err(Error::Protocol("another stripe of the relayed stream failed".into()));
+                let (tx, rx) = std::sync::mpsc::channel::<usize>();
+                std::thread::scope(|scope| {
+                    let hasher = scope.spawn(|| -> Result<()> {
+                        for i in rx {
+                            if let Err(e) = check_piece(sums, base, i, &fill, &up.owner) {
+                                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                                return Err(e);
+                            }
+                        }
+                        Ok(())
+                    });
+                    let streamed = {
+                        let tx = &tx;
+                        let checked = |at: u64, len: u64| {
+                            // Once a piece or a stripe fails every stripe stops: the owner sends the buffer.
+                            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                                return Err(Error::Protocol("the relayed stream failed its digest check".into()));
+                            }
+                            for i in verifier
+                                .arrived(at, len)
+                                .inspect_err(|_| failed.store(true, std::sync::atomic::Ordering::Relaxed))?
+                            {
+                                tx.send(i).map_err(|_| Error::Protocol("the digest check stopped".into()))?;
+                            }
+                            Ok(())
+                        };
+                        self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, &mut *dst, streams, &checked)
+                    };
+                    drop(tx);
+                    let hashed =
+                        hasher.join().unwrap_or_else(|_| Err(Error::Protocol("the digest check panicked".into())));
+                    streamed?;
+                    hashed?;
+                    if verifier.all_arrived() {
+                        Ok(())
+                    } else {
+                        Err(Error::Protocol("a relayed stream ended before every piece was checked".into()))
                     }
-                    check_relayed(sums, &verifier, base, at, len, &fill, &up.owner)
-                        .inspect_err(|_| failed.store(true, std::sync::atomic::Ordering::Relaxed))
-                };
-                self.client.fetch_striped_with(&up.endpoint, &up.owner, up.buffer, &mut *dst, streams, &checked)?;
-                if verifier.all_arrived() {
-                    Ok(())
-                } else {
-                    Err(Error::Protocol("a relayed stream ended before every piece was checked".into()))
-                }
+                })
             });
             // One read of the relay's lease, whatever happened: it frees the relay's copy sooner.
             let freed = || Error::Freed { owner: up.owner.clone(), buffer: up.buffer };
@@ -350,33 +379,22 @@ impl Transport {
     }
 }
 
-/// Counts `[at, at + len)` of a relayed stream landed in the buffer at address `base` and
-/// checks each piece it completes against the owner's digest, marking it in `fill` (so this
-/// process's server forwards it) only if it matches. `Err` names the relay whose bytes failed.
-fn check_relayed(
-    sums: &Digests,
-    verifier: &Verifier,
-    base: usize,
-    at: u64,
-    len: u64,
-    fill: &Fill,
-    relay: &str,
-) -> Result<()> {
-    for i in verifier.arrived(at, len)? {
-        let (start, n) = sums.range(i);
-        // SAFETY: piece `i` lies within the allocation (the digests cover exactly `d.len`
-        // bytes of it) and all of it has arrived; no stream writes it again without failing
-        // the fetch (`Verifier::arrived`).
-        #[allow(unsafe_code)]
-        let piece = unsafe { std::slice::from_raw_parts((base + start as usize) as *const u8, n as usize) };
-        if !sums.matches(i, piece) {
-            return Err(Error::Protocol(format!(
-                "relay {relay} sent bytes that do not match the owner's digest (piece {i}); \
-                 fetching from the owner"
-            )));
-        }
-        fill.mark(start, n);
+/// Checks piece `i` of a relayed stream, landed in whole in the buffer at address `base`,
+/// against the owner's digest, and marks it in `fill` (so this process's server forwards it)
+/// only if it matches. `Err` names the relay whose bytes failed.
+fn check_piece(sums: &Digests, base: usize, i: usize, fill: &Fill, relay: &str) -> Result<()> {
+    let (start, n) = sums.range(i);
+    // SAFETY: piece `i` lies within the allocation (the digests cover exactly the buffer's
+    // bytes) and all of it has arrived; no stream writes it again without failing the fetch
+    // (`Verifier::arrived`), and the streams write only other pieces meanwhile.
+    #[allow(unsafe_code)]
+    let piece = unsafe { std::slice::from_raw_parts((base + start as usize) as *const u8, n as usize) };
+    if !sums.matches(i, piece) {
+        return Err(Error::Protocol(format!(
+            "relay {relay} sent bytes that do not match the owner's digest (piece {i}); fetching from the owner"
+        )));
     }
+    fill.mark(start, n);
     Ok(())
 }
 

@@ -46,16 +46,7 @@ TRANSPORT_NAME = "ACCEL"
 _lock = threading.Lock()
 _done = False
 
-try:
-    from ray.experimental.rdt.tensor_transport_manager import (
-        CommunicatorMetadata,
-        TensorTransportManager,
-        TensorTransportMetadata,
-    )
-except ImportError:  # pragma: no cover - Ray is an optional dependency
-    TensorTransportManager = object  # type: ignore[assignment,misc,unused-ignore]
-    TensorTransportMetadata = object  # type: ignore[assignment,misc,unused-ignore]
-    CommunicatorMetadata = None  # type: ignore[assignment,misc,unused-ignore]
+from ._rdt import CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata, abort, check_aborted
 
 
 @dataclass
@@ -66,7 +57,10 @@ class AccelTransportMetadata(TensorTransportMetadata):  # type: ignore[misc,unus
 
 
 class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc,unused-ignore]
-    """One-sided: the source publishes each array, the receiver gets it (zero-copy on a host)."""
+    """One-sided: the source publishes each array, the receiver gets it (zero-copy on a host).
+    Abortable: every read has its own deadline (a dead owner is `OwnerGone` at once, a stalled
+    one times out), and a receive Ray aborts stops before its next array, so a failed transfer
+    never makes Ray kill the two actors."""
 
     def tensor_transport_backend(self) -> str:
         return TRANSPORT_NAME
@@ -77,7 +71,7 @@ class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc,unused-
 
     @staticmethod
     def can_abort_transport() -> bool:
-        return False
+        return True
 
     def actor_has_tensor_transport(self, actor: Any) -> bool:
         return True
@@ -99,6 +93,7 @@ class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc,unused-
     ) -> List[Any]:
         out: List[Any] = []
         for i, ref in enumerate(cast(AccelTransportMetadata, tensor_transport_metadata).refs):
+            check_aborted(obj_id, TRANSPORT_NAME)
             target = None if target_buffers is None else target_buffers[i]
             if target is not None and target.flags.c_contiguous and target.shape == tuple(ref.shape):
                 out.append(_t.get(ref, out=target))
@@ -119,7 +114,7 @@ class AccelTensorTransport(TensorTransportManager):  # type: ignore[misc,unused-
             _t.free(ref)
 
     def abort_transport(self, obj_id: str, communicator_metadata: Any) -> None:
-        pass
+        abort(obj_id)
 
 
 def _install_collective_stub() -> None:
@@ -233,6 +228,9 @@ def register_transport() -> None:
 
         if TRANSPORT_NAME not in util.transport_manager_info:
             util.register_tensor_transport(TRANSPORT_NAME, ["cpu"], AccelTensorTransport, np.ndarray)
+        from . import _device_transport  # torch tensors, host and CUDA ("ACCEL_TORCH"), if torch imports
+
+        _device_transport.register(util)
         _install_collective_stub()
         _enable_tensor_transport_by_default()
         _share_secret_with_workers()

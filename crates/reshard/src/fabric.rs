@@ -1,0 +1,523 @@
+//! A fabric model: a plan's moves replayed over a described cluster, giving the time a sync
+//! takes there and the floor under it. Every buffer the plan moves becomes flows between hosts
+//! (a relayed buffer hops along its readers' hosts, each once; a direct one goes from its
+//! provider to each remote reader), and each flow loads the resources it crosses: the sending
+//! host's NICs out, the receiving host's NICs in (or, inside a scale-up domain, both hosts'
+//! scale-up links), and where the hosts sit under different leaf switches, the leaves' uplinks
+//! (their hosts' NIC rate divided by the oversubscription). The floor is the busiest resource at
+//! line rate; the link time runs every resource at `efficiency` of it (the goodput a transport
+//! reaches, measured or published) and adds the relays' pipeline fill (one chunk per extra hop).
+//!
+//! Two things the transport does besides moving bytes are described too:
+//! - **conversion at the source** (`convert`): a source rank that quantises to FP8 first reads
+//!   its whole box of each such tensor for the scales, then encodes every piece of every buffer
+//!   that carries it, on one thread (`Sender.publish`); a host runs `threads` of those at once.
+//!   Unless `overlaps`, every buffer is packed before the first byte leaves (as `Sender.publish`
+//!   does today), so the slowest host's conversion adds to the link time.
+//! - **admission** (`admission`): at most `receivers` destination ranks, or `bytes` in flight,
+//!   per source host's link. The model admits ranks in order, as the driver does, in waves: a
+//!   wave is every rank that fits beside the ones already admitted, and the next wave starts
+//!   when it ends (the driver admits the next rank as soon as one lands, so where a wave's
+//!   ranks finish at different times this is an upper bound). Each wave's links are replayed
+//!   alone, and the waves add up.
+//!
+//! A fixed cost per step (`setup_s`: control messages, the framework's calls) is added once. A
+//! fluid model: it assumes every resource is busy for the whole of its phase, which relays and
+//! many parallel buffers approach, and knows nothing of congestion control or of CPU work other
+//! than conversion.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Plan;
+use crate::Error;
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A described cluster.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    /// NICs per host, and each NIC's line rate in Gbit/s (both directions: NICs are full duplex).
+    pub nics: u32,
+    pub nic_gbit: f64,
+    /// Per-host NIC rate overrides (Gbit/s for the host, all NICs together).
+    #[serde(default)]
+    pub host_gbit: BTreeMap<String, f64>,
+    /// Hosts that reach each other over scale-up links (an NVL72 rack, say), at
+    /// `scale_up_gbyte` GB/s per host each way.
+    #[serde(default)]
+    pub domains: Vec<Vec<String>>,
+    #[serde(default)]
+    pub scale_up_gbyte: f64,
+    /// Hosts under each leaf switch (hosts not listed share one leaf), and the leaves' uplink
+    /// oversubscription (1: non-blocking).
+    #[serde(default)]
+    pub leaves: Vec<Vec<String>>,
+    #[serde(default = "one")]
+    pub oversubscription: f64,
+    /// Fraction of line rate a transfer reaches (1: the floor itself).
+    #[serde(default = "one")]
+    pub efficiency: f64,
+    /// Bytes a relay forwards at a time (the pipeline's unit); 0: no pipeline fill.
+    #[serde(default)]
+    pub chunk_bytes: u64,
+    /// Seconds every step costs besides moving bytes.
+    #[serde(default)]
+    pub setup_s: f64,
+    /// How the sources convert to FP8; required when the plan quantises.
+    #[serde(default)]
+    pub convert: Option<Convert>,
+    /// The sync's admission limits per source host's link (none: every rank at once).
+    #[serde(default)]
+    pub admission: Option<Admission>,
+}
+
+/// Where and how fast the sources quantise (see the module documentation).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Convert {
+    /// GB/s of source-dtype input one thread reads to find the scales.
+    pub scales_gbyte: f64,
+    /// GB/s of source-dtype input one thread encodes to FP8 (with the scales written).
+    pub quantize_gbyte: f64,
+    /// Source ranks converting at once on one host: its cores (or GPUs) free for it, a fraction
+    /// where hosts share cores. Each source rank converts on one thread.
+    pub threads: f64,
+    /// Whether sending starts before every buffer is converted (false: `Sender.publish`).
+    #[serde(default)]
+    pub overlaps: bool,
+}
+
+/// Admission limits per source host's link, as `accel.ray.Admission` applies them.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admission {
+    #[serde(default)]
+    pub receivers: Option<u32>,
+    #[serde(default)]
+    pub bytes: Option<u64>,
+}
+
+/// What the model says of a plan on a fleet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    /// The busiest resource's bytes at line rate.
+    pub floor_s: f64,
+    /// The links at `efficiency` with pipeline fill (wave after wave under admission), the
+    /// conversion (added, or overlapped) and setup.
+    pub seconds: f64,
+    /// Which resource that is, and its bytes.
+    pub bottleneck: String,
+    pub bottleneck_bytes: u64,
+    /// Bytes over NICs and over scale-up links in all.
+    pub nic_bytes: u64,
+    pub scale_up_bytes: u64,
+    /// The longest relay chain (hops).
+    pub hops: usize,
+    /// The links' part of `seconds` (every admission wave's).
+    pub links_s: f64,
+    /// The slowest host's conversion, and the source-dtype bytes all sources read for it.
+    pub convert_s: f64,
+    pub convert_bytes: u64,
+    /// Admission waves (1 without admission).
+    pub waves: usize,
+}
+
+#[derive(Default)]
+struct Loads {
+    /// (resource name, bytes, capacity in bytes per second at line rate)
+    map: BTreeMap<String, (u64, f64)>,
+}
+
+impl Loads {
+    fn add(&mut self, name: String, bytes: u64, cap: f64) {
+        let slot = self.map.entry(name).or_insert((0, cap));
+        slot.0 += bytes;
+    }
+}
+
+impl Fleet {
+    fn host_rate(&self, host: &str) -> f64 {
+        self.host_gbit.get(host).copied().unwrap_or(f64::from(self.nics) * self.nic_gbit) * 1e9 / 8.0
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        let bad = |what: &str| Err(Error::Fleet(what.to_string()));
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if !(positive(self.efficiency) && self.efficiency <= 1.0) {
+            return bad("efficiency must be in (0, 1]");
+        }
+        if !(positive(self.oversubscription) && self.setup_s.is_finite() && self.setup_s >= 0.0) {
+            return bad("oversubscription must be positive and setup_s at least 0");
+        }
+        if let Some(c) = &self.convert {
+            if !(positive(c.scales_gbyte) && positive(c.quantize_gbyte) && positive(c.threads)) {
+                return bad("convert: scales_gbyte, quantize_gbyte and threads must be positive");
+            }
+        }
+        if let Some(Admission { receivers: Some(0), .. } | Admission { bytes: Some(0), .. }) = &self.admission {
+            return bad("admission: receivers and bytes must be at least 1 (leave one out for no bound)");
+        }
+        Ok(())
+    }
+}
+
+/// One replay of the links: the busiest resource, bytes by kind, relay depth.
+struct Replay {
+    floor: f64,
+    name: String,
+    top: u64,
+    nic: u64,
+    scale: u64,
+    hops: usize,
+    seconds: f64,
+}
+
+/// Replays the moves to the destination ranks `keep` admits (all: `None`).
+fn replay(plan: &Plan, fleet: &Fleet, keep: Option<&[bool]>) -> Replay {
+    let hosts = &plan.hosts;
+    let domain: Vec<Option<usize>> =
+        hosts.iter().map(|h| fleet.domains.iter().position(|d| d.iter().any(|x| x == h))).collect();
+    let leaf: Vec<usize> = hosts
+        .iter()
+        .map(|h| fleet.leaves.iter().position(|l| l.iter().any(|x| x == h)).unwrap_or(fleet.leaves.len()))
+        .collect();
+    let mut leaf_rate: BTreeMap<usize, f64> = BTreeMap::new();
+    for (i, h) in hosts.iter().enumerate() {
+        *leaf_rate.entry(leaf[i]).or_default() += fleet.host_rate(h);
+    }
+    // Under admission, each class's reader hosts among the admitted ranks.
+    let (_, dst_hosts, classes) = plan.rank_hosts();
+    let admitted: Option<Vec<Vec<u32>>> = keep.map(|keep| {
+        classes
+            .iter()
+            .map(|ranks| {
+                let mut h: Vec<u32> = ranks.iter().filter(|&&d| keep[d]).map(|&d| dst_hosts[d]).collect();
+                h.sort_unstable();
+                h.dedup();
+                h
+            })
+            .collect()
+    });
+    let mut loads = Loads::default();
+    let (mut nic, mut scale) = (0u64, 0u64);
+    let mut hops = 0usize;
+    let mut flow = |a: usize, b: usize, bytes: u64, loads: &mut Loads| {
+        if domain[a].is_some() && domain[a] == domain[b] {
+            let cap = fleet.scale_up_gbyte * 1e9;
+            loads.add(format!("scale-up out of {}", hosts[a]), bytes, cap);
+            loads.add(format!("scale-up into {}", hosts[b]), bytes, cap);
+            scale += bytes;
+            return;
+        }
+        loads.add(format!("NICs out of {}", hosts[a]), bytes, fleet.host_rate(&hosts[a]));
+        loads.add(format!("NICs into {}", hosts[b]), bytes, fleet.host_rate(&hosts[b]));
+        nic += bytes;
+        if leaf[a] != leaf[b] {
+            let up = leaf_rate[&leaf[a]] / fleet.oversubscription;
+            let down = leaf_rate[&leaf[b]] / fleet.oversubscription;
+            loads.add(format!("leaf {} uplink", leaf[a]), bytes, up);
+            loads.add(format!("leaf {} downlink", leaf[b]), bytes, down);
+        }
+    };
+    plan.each_move(|provider_host, class, readers, bytes, relayed| {
+        let readers = admitted.as_ref().map_or(readers, |a| &a[class]);
+        let remote: Vec<usize> = {
+            let mut r: Vec<usize> = readers.iter().map(|&h| h as usize).filter(|&h| h != provider_host).collect();
+            r.dedup();
+            r
+        };
+        if relayed {
+            let mut from = provider_host;
+            for &h in &remote {
+                flow(from, h, bytes, &mut loads);
+                from = h;
+            }
+            hops = hops.max(remote.len());
+        } else {
+            for &h in &remote {
+                flow(provider_host, h, bytes, &mut loads);
+            }
+            hops = hops.max(usize::from(!remote.is_empty()));
+        }
+    });
+    let (mut floor, mut name, mut top) = (0.0f64, String::from("none"), 0u64);
+    let mut slowest_rate = f64::INFINITY;
+    for (n, &(bytes, cap)) in &loads.map {
+        let t = if cap > 0.0 { bytes as f64 / cap } else { f64::INFINITY };
+        slowest_rate = slowest_rate.min(cap);
+        if t > floor {
+            (floor, name, top) = (t, n.clone(), bytes);
+        }
+    }
+    let fill = if fleet.chunk_bytes > 0 && hops > 1 && slowest_rate.is_finite() {
+        (hops - 1) as f64 * fleet.chunk_bytes as f64 / (slowest_rate * fleet.efficiency)
+    } else {
+        0.0
+    };
+    Replay { floor, name, top, nic, scale, hops, seconds: floor / fleet.efficiency + fill }
+}
+
+/// The slowest host's conversion (seconds) and the bytes read for it in all.
+fn conversion(plan: &Plan, fleet: &Fleet) -> Result<(f64, u64), Error> {
+    let per_rank = plan.conversion_bytes();
+    let total: u64 = per_rank.iter().map(|&(s, q)| s + q).sum();
+    if total == 0 {
+        return Ok((0.0, 0));
+    }
+    let Some(c) = &fleet.convert else {
+        return Err(Error::Fleet(format!(
+            "the plan quantises at its sources ({total} bytes read per step): describe the conversion \
+             (convert: scales_gbyte, quantize_gbyte, threads)"
+        )));
+    };
+    let (src_hosts, _, _) = plan.rank_hosts();
+    // Per host: (the longest rank, the sum of its ranks' seconds).
+    let mut hosts: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
+    for (r, &(s, q)) in per_rank.iter().enumerate() {
+        let t = s as f64 / (c.scales_gbyte * 1e9) + q as f64 / (c.quantize_gbyte * 1e9);
+        let slot = hosts.entry(src_hosts[r]).or_default();
+        *slot = (slot.0.max(t), slot.1 + t);
+    }
+    let slowest = hosts.values().map(|&(longest, sum)| longest.max(sum / c.threads)).fold(0.0, f64::max);
+    Ok((slowest, total))
+}
+
+/// The destination ranks of each admission wave (see the module documentation).
+fn waves(plan: &Plan, adm: &Admission) -> Vec<Vec<usize>> {
+    let (src_hosts, dst_hosts, classes) = plan.rank_hosts();
+    // What each rank reads over each source host's link (buffers from its own host use none).
+    let mut need: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); dst_hosts.len()];
+    plan.each_need_bytes(|src, class, bytes| {
+        for &d in &classes[class] {
+            if src_hosts[src] != dst_hosts[d] {
+                *need[d].entry(src_hosts[src]).or_default() += bytes;
+            }
+        }
+    });
+    let mut pending: Vec<usize> = classes.iter().flatten().copied().collect();
+    pending.sort_unstable();
+    let mut out = Vec::new();
+    while !pending.is_empty() {
+        let mut load: BTreeMap<u32, (u32, u64)> = BTreeMap::new();
+        let mut wave = Vec::new();
+        pending.retain(|&d| {
+            let fits = need[d].iter().all(|(h, &b)| {
+                let (count, used) = load.get(h).copied().unwrap_or_default();
+                adm.receivers.is_none_or(|k| count < k) && adm.bytes.is_none_or(|cap| used == 0 || used + b <= cap)
+            });
+            if fits {
+                for (&h, &b) in &need[d] {
+                    let slot = load.entry(h).or_default();
+                    *slot = (slot.0 + 1, slot.1 + b);
+                }
+                wave.push(d);
+            }
+            !fits
+        });
+        out.push(wave);
+    }
+    out
+}
+
+/// Replays `plan`'s moves over `fleet` (see the module documentation). An error names what
+/// the fleet lacks or gets wrong: a rate that is not positive, or no `convert` for a plan
+/// that quantises.
+pub fn predict(plan: &Plan, fleet: &Fleet) -> Result<Prediction, Error> {
+    fleet.check()?;
+    let all = replay(plan, fleet, None);
+    let (convert_s, convert_bytes) = conversion(plan, fleet)?;
+    let (links_s, waves) = match &fleet.admission {
+        None => (all.seconds, 1),
+        Some(adm) => {
+            let waves = waves(plan, adm);
+            let mut keep = vec![false; plan.destination_ranks()];
+            let mut total = 0.0;
+            for wave in &waves {
+                keep.iter_mut().for_each(|k| *k = false);
+                wave.iter().for_each(|&d| keep[d] = true);
+                total += replay(plan, fleet, Some(&keep)).seconds;
+            }
+            (total, waves.len())
+        }
+    };
+    let overlaps = fleet.convert.as_ref().is_some_and(|c| c.overlaps);
+    let busy = if overlaps { links_s.max(convert_s) } else { links_s + convert_s };
+    Ok(Prediction {
+        floor_s: all.floor,
+        seconds: busy + fleet.setup_s,
+        bottleneck: all.name,
+        bottleneck_bytes: all.top,
+        nic_bytes: all.nic,
+        scale_up_bytes: all.scale,
+        hops: all.hops,
+        links_s,
+        convert_s,
+        convert_bytes,
+        waves,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{plan, Layout, RankSpec, TensorSpec};
+
+    fn fleet(json: &str) -> Fleet {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn layout(hosts: &[&str], rows: u64) -> Layout {
+        let n = hosts.len() as u64;
+        let ranks = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| RankSpec {
+                host: h.to_string(),
+                slices: [("w".to_string(), vec![[rows * i as u64 / n, rows * (i as u64 + 1) / n], [0, 1024]])].into(),
+            })
+            .collect();
+        Layout { tensors: vec![TensorSpec::new("w", &[rows, 1024], "f32")], ranks }
+    }
+
+    #[test]
+    fn the_floor_is_the_busiest_link_and_efficiency_and_setup_add_on() {
+        // One source host, two destination hosts each wanting half: the source's NICs carry all.
+        let p = plan(&layout(&["a"], 1024), &layout(&["b", "c"], 1024)).unwrap();
+        let f = fleet(r#"{"nics": 1, "nic_gbit": 8, "efficiency": 0.5, "setup_s": 0.25}"#);
+        let got = predict(&p, &f).unwrap();
+        assert_eq!(got.bottleneck, "NICs out of a");
+        assert_eq!(got.bottleneck_bytes, 4 << 20);
+        assert!((got.floor_s - (4 << 20) as f64 / 1e9).abs() < 1e-12);
+        assert!((got.seconds - (got.floor_s * 2.0 + 0.25)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn scale_up_domains_and_oversubscribed_leaves_change_the_bottleneck() {
+        let src = layout(&["a", "b"], 1024);
+        let dst = layout(&["b", "a"], 1024); // a sends its half to b, b to a
+        let p = plan(&src, &dst).unwrap();
+        let nic = predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8}"#)).unwrap();
+        assert!(nic.bottleneck.starts_with("NICs") && nic.scale_up_bytes == 0);
+        let nvl = predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8, "domains": [["a", "b"]], "scale_up_gbyte": 100}"#))
+            .unwrap();
+        assert_eq!((nvl.nic_bytes, nvl.scale_up_bytes), (0, 4 << 20));
+        assert!(nvl.floor_s < nic.floor_s / 50.0);
+        let leaves =
+            predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8, "leaves": [["a"], ["b"]], "oversubscription": 4}"#))
+                .unwrap();
+        assert!(leaves.bottleneck.starts_with("leaf") && (leaves.floor_s / nic.floor_s - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn relays_load_each_hop_once_and_fill_the_pipeline() {
+        // Three destination hosts want the whole tensor: a chain from the source.
+        let p = plan(
+            &layout(&["s"], 1024),
+            &Layout {
+                ranks: (0..3)
+                    .map(|i| RankSpec { host: format!("d{i}"), ..layout(&["x"], 1024).ranks[0].clone() })
+                    .collect(),
+                ..layout(&["x"], 1024)
+            },
+        )
+        .unwrap();
+        let got = predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8, "chunk_bytes": 1048576}"#)).unwrap();
+        assert_eq!((got.hops, got.bottleneck_bytes), (3, 4 << 20)); // every link carries it once
+        assert!((got.seconds - got.floor_s - 2.0 * 1048576.0 / 1e9).abs() < 1e-12);
+    }
+
+    fn bf16_to_fp8(src_hosts: &[&str], dst_hosts: &[&str]) -> Plan {
+        let mut src = layout(src_hosts, 1024);
+        src.tensors = vec![TensorSpec::new("w", &[1024, 1024], "bf16")];
+        let mut dst = layout(dst_hosts, 1024);
+        dst.tensors =
+            vec![TensorSpec { scale: Some(crate::fp8::Scale::Block), ..TensorSpec::new("w", &[1024, 1024], "f8e4m3") }];
+        plan(&src, &dst).unwrap()
+    }
+
+    #[test]
+    fn quantising_sources_add_their_conversion_unless_it_overlaps() {
+        // Two source hosts of one rank each, bf16 1024 x 1024 (2 MiB) to FP8 on two hosts:
+        // each source reads its 1 MiB box once for the scales and encodes it once (one class
+        // per destination rank, each taking its own rows).
+        let p = bf16_to_fp8(&["a", "b"], &["c", "d"]);
+        let links = r#""nics": 1, "nic_gbit": 8, "setup_s": 0.5"#;
+        let f = fleet(&format!(
+            r#"{{{links}, "convert": {{"scales_gbyte": 0.002, "quantize_gbyte": 0.001, "threads": 1}}}}"#
+        ));
+        let got = predict(&p, &f).unwrap();
+        assert_eq!(got.convert_bytes, 4 << 20);
+        let want = (1 << 20) as f64 / 2e6 + (1 << 20) as f64 / 1e6;
+        assert!((got.convert_s - want).abs() < 1e-9, "{got:?}");
+        assert!((got.seconds - (got.links_s + want + 0.5)).abs() < 1e-9);
+        // Two source ranks on one host with half a core between them: four times as long.
+        let shared = predict(
+            &bf16_to_fp8(&["a", "a"], &["c", "d"]),
+            &fleet(&format!(
+                r#"{{{links}, "convert": {{"scales_gbyte": 0.002, "quantize_gbyte": 0.001, "threads": 0.5}}}}"#
+            )),
+        )
+        .unwrap();
+        assert!((shared.convert_s - 4.0 * want).abs() < 1e-9);
+        let overlapped = predict(&p, &fleet(&format!(
+            r#"{{{links}, "convert": {{"scales_gbyte": 0.002, "quantize_gbyte": 0.001, "threads": 1, "overlaps": true}}}}"#
+        )))
+        .unwrap();
+        assert!((overlapped.seconds - (want.max(got.links_s) + 0.5)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_fleet_that_cannot_convert_or_has_no_rate_is_an_error() {
+        let p = bf16_to_fp8(&["a"], &["c"]);
+        let none = predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8}"#)).unwrap_err().to_string();
+        assert!(none.contains("quantises at its sources") && none.contains("convert"), "{none}");
+        let zero = r#"{"nics": 1, "nic_gbit": 8, "convert": {"scales_gbyte": 0, "quantize_gbyte": 1, "threads": 1}}"#;
+        assert!(predict(&p, &fleet(zero)).unwrap_err().to_string().contains("must be positive"));
+        let threads =
+            r#"{"nics": 1, "nic_gbit": 8, "convert": {"scales_gbyte": 1, "quantize_gbyte": 1, "threads": 0}}"#;
+        assert!(predict(&p, &fleet(threads)).is_err());
+        let admit = r#"{"nics": 1, "nic_gbit": 8, "admission": {"receivers": 0}}"#;
+        assert!(predict(&plan(&layout(&["a"], 1024), &layout(&["b"], 1024)).unwrap(), &fleet(admit)).is_err());
+        assert!(predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8, "efficiency": 0}"#)).is_err());
+    }
+
+    #[test]
+    fn admission_runs_ranks_that_share_a_source_link_in_waves() {
+        // Two source hosts, four destination hosts each reading a quarter from both: with one
+        // receiver per source link, the four go one after another; with two, in two waves.
+        let src = layout(&["a", "b"], 1024);
+        let dst = Layout { tensors: src.tensors.clone(), ..layout(&["c", "d", "e", "f"], 1024) };
+        let dst = Layout {
+            ranks: dst
+                .ranks
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| RankSpec {
+                    slices: [("w".to_string(), vec![[0, 1024], [i as u64 * 256, (i as u64 + 1) * 256]])].into(),
+                    ..r
+                })
+                .collect(),
+            ..dst
+        };
+        let p = plan(&src, &dst).unwrap();
+        let base = r#""nics": 1, "nic_gbit": 8, "setup_s": 0.1"#;
+        let free = predict(&p, &fleet(&format!("{{{base}}}"))).unwrap();
+        assert_eq!(free.waves, 1);
+        let one = predict(&p, &fleet(&format!(r#"{{{base}, "admission": {{"receivers": 1}}}}"#))).unwrap();
+        let two = predict(&p, &fleet(&format!(r#"{{{base}, "admission": {{"receivers": 2}}}}"#))).unwrap();
+        assert_eq!((one.waves, two.waves), (4, 2));
+        // Alone, a rank's 1 MiB comes in over its own NIC (the sources' NICs carry half each).
+        let rank = (1 << 20) as f64 / 1e9;
+        assert!((one.links_s - 4.0 * rank).abs() < 1e-9 && (one.seconds - one.links_s - 0.1).abs() < 1e-9, "{one:?}");
+        assert!((two.links_s - 2.0 * 2.0 * (1 << 19) as f64 / 1e9).abs() < 1e-9, "{two:?}");
+        assert!((free.links_s - 4.0 * (1 << 19) as f64 / 1e9).abs() < 1e-9 && free.floor_s == one.floor_s);
+        // A byte bound of one rank's need per link is one receiver per link here.
+        let bytes = predict(&p, &fleet(&format!(r#"{{{base}, "admission": {{"bytes": 524288}}}}"#))).unwrap();
+        assert_eq!(bytes.waves, 4);
+    }
+}
