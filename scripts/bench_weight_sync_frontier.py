@@ -3,6 +3,7 @@
 
     sudo .venv/bin/python scripts/bench_weight_sync_frontier.py                 # 1 GiB and 1.5 GiB (~15 min)
     sudo .venv/bin/python scripts/bench_weight_sync_frontier.py --sizes 256M --iters 1 --no-write
+    sudo .venv/bin/python scripts/bench_weight_sync_frontier.py --systems fp8,admit --others /tmp/bench36_run1.json
 
 On the shaped-link cluster of `bench_weight_sync.py` (a namespace and a Ray node per node, both
 directions of every link shaped by `tc tbf`; 4 trainer nodes of one rank to 4 inference nodes of
@@ -18,8 +19,10 @@ two), with the same model and layouts, fresh weights every round and every byte 
   killed 0.5 s in and the step has a deadline of three median syncs: the others' time against
   their median;
 - the fabric model (`Plan.predict`) for each run, with the links' goodput measured in the same
-  cluster before Ray starts (one TCP stream over a shaped link, 512 MiB): within 15% of the
-  measured warm sync is the goal;
+  cluster before Ray starts (one TCP stream over a shaped link, 512 MiB), FP8's conversion at the
+  source described by one CPU thread's rates measured in the same run (`cargo run --release -p
+  accel-reshard --example fp8_speed`) and the cores the trainer nodes share (this machine's, over
+  its 4 trainer nodes), and admission's limits: within 15% of the measured warm sync is the goal;
 - the planner at frontier scale: `cargo run --release -p accel-reshard --example plan_scale` (the
   Kimi-K2-shaped pair of `crates/reshard/tests/kimi.rs`, and the model's prediction for it on an
   H100 fleet), and the plan cache from Python (in process and from bytes) on the 1000-tensor layout.
@@ -167,25 +170,46 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
     print(json.dumps(res), flush=True)
 
 
-def prediction(size: int, count: int, system: str, rate: str, measured_goodput: float, small_sync: float) -> dict:
-    """The model's time for the full sync: the links at the measured goodput, plus the fixed
-    cost the one-tensor sync shows beyond the model's link time for it."""
+TRAINER_NODES = 4  # bench_weight_sync's cluster: one source rank on each
+
+
+def convert_rates() -> dict:
+    """One CPU thread's FP8 rates (GB/s of bf16 input: the scales pass and the encoding), from
+    `fp8_speed`'s last line, measured now on this machine."""
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "accel-reshard", "--example", "fp8_speed"], cwd=ROOT, check=True)
+    out = subprocess.run([str(ROOT / "target/release/examples/fp8_speed")], capture_output=True, text=True, check=True)
+    got: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
+
+
+def prediction(size: int, count: int, system: str, rate: str, measured_goodput: float, small_sync: float, rates: dict) -> dict:
+    """The model's time for the full sync: the links at the measured goodput (wave after wave
+    under admission), FP8's conversion on the trainers' share of this machine's cores (before
+    sending, as `Sender.publish` packs), plus the fixed cost the one-tensor sync shows beyond the
+    model's time for it."""
     from accel import weights as W
 
     src, dst = layouts(size, count, system)
     nominal = bb.rate_bytes(rate)
-    fleet = {"nics": 1, "nic_gbit": nominal * 8 / 1e9, "efficiency": measured_goodput / nominal, "chunk_bytes": 4 << 20}
+    fleet: dict = {"nics": 1, "nic_gbit": nominal * 8 / 1e9, "efficiency": measured_goodput / nominal, "chunk_bytes": 4 << 20}
+    if system == "fp8":
+        # Every node of the cluster is a namespace on this machine: the trainer nodes share its cores.
+        fleet["convert"] = {**rates, "threads": (os.cpu_count() or 1) / TRAINER_NODES, "overlaps": False}
+    if system == "admit":
+        fleet["admission"] = {"receivers": 1}
     first = next(iter(src.tensors))
     links_only = W.plan(subset(src, first), subset(dst, first)).predict(fleet)["seconds"]
     fleet["setup_s"] = max(0.0, small_sync - links_only)
     out = W.plan(src, dst).predict(fleet)
     out["setup_s"], out["efficiency"] = fleet["setup_s"], fleet["efficiency"]
+    out["convert"] = fleet.get("convert")
     return out
 
 
-def plan_scale() -> dict:
+def plan_scale(rates: dict) -> dict:
     subprocess.run(["cargo", "build", "-q", "--release", "-p", "accel-reshard", "--example", "plan_scale"], cwd=ROOT, check=True)
-    out = subprocess.run([str(ROOT / "target/release/examples/plan_scale"), "5"], capture_output=True, text=True, check=True)
+    argv = [str(ROOT / "target/release/examples/plan_scale"), "5", str(rates["scales_gbyte"]), str(rates["quantize_gbyte"])]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
     got: dict = json.loads(out.stdout.strip().splitlines()[-1])
     from accel import weights as W
 
@@ -210,7 +234,8 @@ def plan_scale() -> dict:
     return got
 
 
-def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: int, load: tuple, seconds: float, command: str, when: str) -> str:
+def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: int, load: tuple, seconds: float, command: str, when: str,
+           rates: dict | None = None, others: str = "") -> str:
     ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
     med = lambda rows, k: statistics.median([r[k] for r in rows[1:]]) if len(rows) > 1 else rows[0][k]  # noqa: E731
     r8 = bb.rate_bytes(rate)
@@ -224,9 +249,15 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         "rank switched. Floor: the busiest link's bytes at the shaped rate (FP8's own: its bytes are half). Model: "
         "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster (efficiency), plus a "
         "fixed cost per step measured in the same cluster: the sync of one of the 32 tensors, less the model's link time for it "
-        "(the setup column).",
+        "(the setup column); FP8's conversion on the trainer nodes before sending, at one thread's rates measured by `fp8_speed` "
+        "in the same run, the 4 trainer nodes sharing this machine's cores (the conversion column); under admission, the "
+        "ranks admitted in waves, each wave's links replayed alone (the waves column)."
+        + (f" Rates: scales {rates['scales_gbyte']:.2f} GB/s, quantise {rates['quantize_gbyte']:.2f} GB/s per thread, "
+           f"{(os.cpu_count() or 1) / TRAINER_NODES:g} thread per trainer node." if rates else "")
+        + (f" (*): from an earlier run ({others}); its model had no conversion or admission term, which its system "
+           "does not need." if others else ""),
         "",
-        "| size | system | floor | model (efficiency, setup) | cold sync | warm sync | sync / floor | model / sync | pause (% of total) | serving p99 | worst admission wait |",
+        "| size | system | floor | model (efficiency, setup, conversion, waves) | cold sync | warm sync | sync / floor | model / sync | pause (% of total) | serving p99 | worst admission wait |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts, model = [], {sys_: [] for sys_ in SYSTEMS}
@@ -241,7 +272,7 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
             ratio = pred["seconds"] / sync
             model[s].append(f"{ratio:.2f}x")
             lines.append(
-                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}) | {ms(rows[0]['sync'])} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
+                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}, {ms(pred.get('convert_s', 0.0))}, {pred.get('waves', 1)}){' (*)' if 'from' in r[s] else ''} | {ms(rows[0]['sync'])} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
                 f"{pause * 100:.2f}% | {med(rows, 'serving_p99') * 1e3:.1f} ms | {max(x['admission_wait'] for x in rows) * 1e3:.0f} ms |"
             )
             r[s]["floor"], r[s]["sync"], r[s]["pause_frac"] = floor, sync, max(x["pause"] / x["total"] for x in rows)
@@ -273,15 +304,12 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
                 f"the others switched after {ms(e['killed'])} (goal: at most the deadline: "
                 f"**{'met' if e['killed'] <= e['deadline'] else 'NOT met'}**), failed {e['failed']}.")
         within = lambda xs: all(abs(float(x[:-1]) - 1) <= 0.15 for x in xs)  # noqa: E731
+        allx = model["bf16"] + model["fp8"] + model["admit"]
         verdicts.append(
-            f"- Fabric model within 15% of the shaped-link benchmark (bf16, what the model describes: links, relays and a fixed "
-            f"cost per step) at every size: {', '.join(model['bf16'])}: **{'met' if within(model['bf16']) else 'NOT met'}**. "
-            f"FP8 ({', '.join(model['fp8'])}) and admission ({', '.join(model['admit'])}): "
-            f"**{'met' if within(model['fp8'] + model['admit']) else 'NOT met'}**: the model has no term for quantising on the "
-            "source's CPU (FP8: every trainer rank reads its shard twice, for the scales and to encode, before its first byte "
-            "leaves, and the 4 trainer ranks share 2 cores with everything else) nor for admission's waves (one receiver per "
-            "source link, and every rank reads from every source, so the ranks go one after another).")
-    pred = scale["prediction"]
+            f"- Fabric model within 15% of every shaped-link measurement: bf16 {', '.join(model['bf16'])}, FP8 "
+            f"{', '.join(model['fp8'])} (with the conversion at the source), admission {', '.join(model['admit'])} (in waves): "
+            f"**{'met' if within(allx) else 'NOT met'}**.")
+    pred, cpu = scale["prediction"], scale.get("prediction_cpu")
     py = scale["python"]
     lines += [
         "",
@@ -299,8 +327,13 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         f"cached in process {py['cached'] * 1e6:.0f} us, from bytes ({py['bytes'] / 2**20:.1f} MiB) {py['from_bytes'] * 1e3:.1f} ms.",
         f"Kimi-K2 on a described fleet (32 trainer and 16 inference H100 nodes, 8 x 400 Gbit/s NICs each, non-blocking, 85% of line "
         f"rate): the model's floor **{pred['floor_s']:.3f} s** (the {pred['bottleneck']}, {pred['bottleneck_bytes'] / 1e9:.1f} GB), "
-        f"predicted **{pred['seconds']:.3f} s**, against Perplexity's published 1.3 s for that move: {1.3 / pred['seconds']:.1f}x "
-        "under it. The model counts link bytes only: packing, the FP8 projection on the GPUs and the engines' loading are not in it.",
+        f"predicted **{pred['seconds']:.3f} s** with the FP8 conversion on the GPUs before sending ({pred['convert_s'] * 1e3:.1f} ms of "
+        "it, at an assumed 1500 GB/s of bf16 input per GPU: no GPU kernel is built, so this rate is not measured), against "
+        f"Perplexity's published 1.3 s for that move: {1.3 / pred['seconds']:.1f}x under it."
+        + (f" Quantised on the host CPU as accel does today (one thread per rank, 8 a node, at this machine's rates above, before "
+           f"sending): **{cpu['seconds']:.2f} s**, {cpu['convert_s']:.2f} s of it converting {cpu['convert_bytes'] / 1e12:.2f} TB of bf16, "
+           f"{cpu['seconds'] / 1.3:.1f}x Perplexity's 1.3 s." if cpu else "")
+        + " Not in the model: the device-to-host copies, the engines' loading and the framework's calls.",
         "",
         f"Reproduce: `{command}` (whole run {seconds:.0f} s).",
     ]
@@ -316,6 +349,7 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--from-json", help="render a run saved in this file (every run saves /tmp/bench36.json) instead of measuring")
+    ap.add_argument("--others", help="a saved run whose systems this run does not measure are shown beside it, marked (*)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--system", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -324,7 +358,7 @@ def main() -> None:
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         doc = render(saved["res"], saved["scale"], saved["sizes"], saved["rate"], saved["iters"], saved["tensors"], tuple(saved["load"]),
-                     saved["seconds"], saved["command"], saved["date"])
+                     saved["seconds"], saved["command"], saved["date"], saved.get("rates"), saved.get("others", ""))
         print(doc)
         if not args.no_write:
             bt.write_section(doc, BEGIN, END, "Weight sync at frontier scale (issue 36)")
@@ -333,21 +367,30 @@ def main() -> None:
         raise SystemExit("needs root (network namespaces and tc): run it with sudo")
     started, load = time.monotonic(), os.getloadavg()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    scale = plan_scale()
+    rates = convert_rates()
+    scale = plan_scale(rates)
     sizes = [bb.parse_size(s) for s in args.sizes.split(",")]
     res: dict = {}
     for size in sizes:
         res[str(size)] = {}
         for system in args.systems.split(","):
             got = bws.cluster(size, system, args.tensors, args.rate, args.iters, script=__file__, calibrate=goodput)
-            got["prediction"] = prediction(size, args.tensors, system, args.rate, got["calibration"], got["small"]["sync"])
+            got["prediction"] = prediction(size, args.tensors, system, args.rate, got["calibration"], got["small"]["sync"], rates)
             res[str(size)][system] = got
+    others = ""
+    if args.others:
+        saved = json.loads(Path(args.others).read_text())
+        others = f"{saved['date']}, `{saved['command']}`"
+        for size in sizes:
+            for system, got in saved["res"].get(str(size), {}).items():
+                res[str(size)].setdefault(system, {**got, "from": saved["date"]})
     shown = " ".join(a for a in sys.argv[1:] if a != "--no-write")
     command = f"sudo .venv/bin/python scripts/bench_weight_sync_frontier.py {shown}".strip()
     seconds = time.monotonic() - started
     Path("/tmp/bench36.json").write_text(json.dumps({"res": res, "scale": scale, "sizes": sizes, "rate": args.rate, "iters": args.iters,
-                                                     "tensors": args.tensors, "load": load, "seconds": seconds, "command": command, "date": when}))
-    doc = render(res, scale, sizes, args.rate, args.iters, args.tensors, load, seconds, command, when)
+                                                     "tensors": args.tensors, "load": load, "seconds": seconds, "command": command, "date": when,
+                                                     "rates": rates, "others": others}))
+    doc = render(res, scale, sizes, args.rate, args.iters, args.tensors, load, seconds, command, when, rates, others)
     print(doc)
     if not args.no_write:
         bt.write_section(doc, BEGIN, END, "Weight sync at frontier scale (issue 36)")
