@@ -18,6 +18,7 @@ from ._placement import (
     visibility_env,
 )
 from ._gang import gang, gang_groups
+from ._monitor import DeviceUnhealthy, check, health, publish_source, start_monitors
 from ._recipes import engine_groups, sglang_env, vllm_env
 from ._start import ray_start_command
 from ._transport import register_transport
@@ -28,4 +29,5 @@ __all__ += ["AccelPlacementGroup", "allow_unknown_health", "cluster_from_ray", "
 __all__ += ["label_value", "publish_machine", "ray_start_command", "visibility_env"]
 __all__ += ["engine_groups", "sglang_env", "vllm_env"]
 __all__ += ["gang", "gang_groups"]
+__all__ += ["DeviceUnhealthy", "check", "health", "publish_source", "start_monitors"]
 __all__ += ["SyncReport", "WeightSource", "WeightTarget", "plan_weight_sync", "sync_weights"]
