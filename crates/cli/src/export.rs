@@ -1,8 +1,10 @@
-//! `accel export dra|nfd|slurm`: this node (or a cluster) in other schedulers' own formats.
+//! `accel export dra|nfd|slurm|kueue|kai`: this node (or a cluster) in other schedulers' own
+//! formats.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use accel_export::topology::{self as topo, Scheduler};
 use accel_export::{dra, nfd, slurm, ExportError};
 use accel_model::Machine;
 use anyhow::{Context, Result};
@@ -39,6 +41,40 @@ pub enum ExportCommand {
         after_help = "Examples:\n  accel cluster --sample dgx-h100:4 --rack-size 2 > cluster.json\n  accel cluster build node-a/ node-b/ --labels labels.txt -o cluster.json\n  accel export slurm --cluster cluster.json --out-dir /etc/slurm"
     )]
     Slurm(SlurmArgs),
+    /// Kueue: a `Topology` (`kueue.x-k8s.io/v1beta2`) whose levels are the fabric's tiers, the
+    /// scale-up domain and `kubernetes.io/hostname`, and the node labels it names.
+    ///
+    /// Levels, root first: `fabric.topograph.run/tier-N` (topograph v1's keys; tier 0 closest to
+    /// the node), `accelerator.topograph.run/domain`, `kubernetes.io/hostname`. They must nest: a
+    /// cluster where they do not is refused, naming the two nodes. Reference the Topology from a
+    /// ResourceFlavor's `spec.topologyName`.
+    #[command(
+        after_help = "Examples:\n  accel cluster build a/ b/ c/ --topology fabric.json -o cluster.json\n  accel export kueue --cluster cluster.json --node-labels label-nodes.sh | kubectl apply -f -\n  sh label-nodes.sh                                 kubectl label node ... for every node"
+    )]
+    Kueue(TopologyArgs),
+    /// KAI Scheduler: a `Topology` (`kai.scheduler/v1alpha1`) with the same levels as `kueue`,
+    /// and the node labels it names.
+    #[command(
+        after_help = "Examples:\n  accel export kai --cluster cluster.json --node-labels label-nodes.sh | kubectl apply -f -\n  accel export kai --cluster cluster.json --json    the Topology and every node's labels"
+    )]
+    Kai(TopologyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TopologyArgs {
+    /// The cluster, as `accel cluster` or `accel cluster build` writes it (its `tiers` and node
+    /// labels give the fabric; topograph's labels are read too).
+    #[arg(long, value_name = "FILE")]
+    cluster: PathBuf,
+    /// The Topology's name.
+    #[arg(long, value_name = "NAME", default_value = "accel")]
+    name: String,
+    /// Also write `kubectl label node` lines for every node's level labels to FILE.
+    #[arg(long, value_name = "FILE")]
+    node_labels: Option<PathBuf>,
+    /// Print `{"topology": ..., "node_labels": {node: {key: value}}}` as JSON instead of YAML.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +168,8 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
                 None => out.write_all(text.as_bytes())?,
             }
         }
+        ExportCommand::Kueue(args) => topology(Scheduler::Kueue, &args, out)?,
+        ExportCommand::Kai(args) => topology(Scheduler::Kai, &args, out)?,
         ExportCommand::Slurm(args) => {
             let cluster = read_cluster(&args.cluster)?;
             let files = slurm::export(&cluster, &args.dev_dir)?;
@@ -150,6 +188,32 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
                 eprintln!("accel: warning: {w}");
             }
         }
+    }
+    Ok(())
+}
+
+/// `accel export kueue|kai`.
+fn topology(scheduler: Scheduler, args: &TopologyArgs, out: &mut impl Write) -> Result<()> {
+    let cluster = read_cluster(&args.cluster)?;
+    let name = accel_export::dns_label(&args.name);
+    if name != args.name {
+        return Err(
+            ExportError::Input(format!("--name {:?} is not a DNS label (lowercase a-z, 0-9, '-')", args.name)).into()
+        );
+    }
+    let levels = topo::levels(&cluster).map_err(|e| match e {
+        ExportError::Input(m) => ExportError::Input(format!("cluster {}: {m}", args.cluster.display())),
+        e => e,
+    })?;
+    let object = topo::topology(scheduler, &name, &levels);
+    if let Some(path) = &args.node_labels {
+        write_atomic(path, &topo::label_commands(&levels))?;
+    }
+    if args.json {
+        let doc = serde_json::json!({"topology": object, "node_labels": levels.nodes});
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        out.write_all(format!("---\n{}", serde_norway::to_string(&object).map_err(ExportError::from)?).as_bytes())?;
     }
     Ok(())
 }

@@ -245,7 +245,7 @@ mod tests {
         r.devices[1].id = id.clone();
         let mut t = Tracker::new(1);
         t.observe(&mut r);
-        assert_eq!(apply(&mut m, &r), [id.clone()]);
+        assert_eq!(apply(&mut m, &r), std::slice::from_ref(&id));
         let h = m.accelerators[1].health.clone().unwrap();
         assert_eq!((h.state, h.reasons), (HealthState::Unhealthy, vec!["XID 79".to_owned()]));
         assert!(!accel_model::Health::placeable(m.accelerators[1].health.as_ref(), true));
