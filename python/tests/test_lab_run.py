@@ -299,7 +299,7 @@ def test_start_with_lab_publishes_the_lab_owner_and_fingerprint(cluster: dict[st
     from accel.lab._run import LAB_KV_PREFIX, _kv_json
     from accel.ray._start import _publish_lab
 
-    _publish_lab(argparse.Namespace(sample="mi300x", root=None, lab="lab-b", owner="ops@example.org"), "not-a-live-node", str(accel_bin))
+    _publish_lab(argparse.Namespace(sample="mi300x", root=None, lab="lab-b", owner="ops@example.org"), "not-a-live-node")
     doc = _kv_json(LAB_KV_PREFIX + "not-a-live-node")
     assert doc is not None and (doc["lab"], doc["owner"]) == ("lab-b", "ops@example.org")
     assert doc["env"]["fields"]["accel.version"]["value"] and doc["env_hash"] == accel.lab.fingerprint_hash(doc["env"])

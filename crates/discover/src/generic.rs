@@ -9,7 +9,7 @@ use accel_model::{vendor_name, Accelerator, Machine, PciClass, PciId, PciNode, P
 use crate::{Host, Isolation, Report, Vendor};
 
 /// Reports PCI functions of class 0x0300/0x0302/0x0380 (display) and 0x12xx (processing
-/// accelerator), and offload functions ([`is_offload_class`]) the registry knows.
+/// accelerator), and offload functions (`is_offload_class`) the registry knows.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GenericPci;
 

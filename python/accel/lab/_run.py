@@ -174,7 +174,7 @@ def _visibility(machine: dict[str, Any] | None, exclude: list[str]) -> dict[str,
     from accel import _native
 
     keep = [a["id"] for a in machine.get("accelerators", []) if a.get("id") not in exclude]
-    return _native.isolate_env(json.dumps(machine), keep)
+    return dict(_native.visibility_env(json.dumps(machine), keep))
 
 
 def _run_bounded(argv: list[str], cwd: str, env: dict[str, str], timeout_s: float) -> tuple[int | None, str]:

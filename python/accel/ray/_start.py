@@ -346,21 +346,20 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--root {args.root}: {e}" if args.root else f"cannot discover this machine: {e}") from None
 
 
-def _publish_lab(args: argparse.Namespace, name: str, accel_bin: str | None) -> None:
-    """`--lab`: the lab's name, the owner and this node's environment fingerprint (`accel env
-    --json`, of the same --sample or --root) into Ray's KV, for `accel lab run`."""
-    from ..lab._run import publish_lab  # the lab needs Python 3.11 (tomllib): imported only here
+def _publish_lab(args: argparse.Namespace, name: str) -> None:
+    """`--lab`: the lab's name, the owner and this node's environment fingerprint (what `accel env
+    --json` gives, of the same --sample or --root, computed in process) into Ray's KV, for `accel
+    lab run`."""
+    from ..lab._repro import ReproError, this_environment  # the lab needs Python 3.11 (tomllib): imported only here
+    from ..lab._run import publish_lab
 
-    env = None
-    if accel_bin:
-        cmd = [accel_bin, "env", "--json"] + (["--sample", args.sample] if args.sample else ["--root", args.root] if args.root else [])
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-            env = json.loads(out.stdout) if out.returncode == 0 else None
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            env = None
-    if env is None:
-        print("accel: warning: no `accel env --json` fingerprint for the lab (needs the accel binary: ACCEL_BIN or PATH)", file=sys.stderr)
+    where = ["--sample", args.sample] if args.sample else ["--root", args.root] if args.root else []
+    env: dict[str, Any] | None
+    try:
+        env = this_environment("accel", where)
+    except ReproError as e:
+        env = None
+        print(f"accel: warning: no environment fingerprint for the lab: {e}", file=sys.stderr)
     # Where discovery reads this node, so the lab takes device health before and after each check.
     source = {"sample": args.sample} if args.sample else {"root": os.path.abspath(args.root)} if args.root else {}
     publish_lab(name, args.lab, args.owner, env, source)
@@ -453,7 +452,7 @@ def start(argv: list[str]) -> int:
         # Where this node's health monitor probes (accel.ray.start_monitors): the same machine.
         publish_source(name, {"sample": args.sample} if args.sample else {"root": os.path.abspath(args.root)} if args.root else {})
         if args.lab:
-            _publish_lab(args, name, accel_bin)
+            _publish_lab(args, name)
     except (ConnectionError, RuntimeError, TimeoutError) as e:
         print(f"accel: error: Ray started, but publishing this node at {address} failed: {e}", file=sys.stderr)
         print(f"accel: `{PROG} stop --ray` stops Ray", file=sys.stderr)
