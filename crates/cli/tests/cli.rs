@@ -203,3 +203,22 @@ fn agent_refuses_a_network_listener_without_a_token() {
     assert!(one_line_error(&out).contains("at least 16 characters"));
     assert!(stdout(&accel(&["agent", "--help"], None)).contains("--token-file"));
 }
+
+#[test]
+fn labels_predict_a_node_before_it_exists() {
+    // The instance type gives the same labels as the real capture of one, bar the memory.
+    let predicted = stdout(&accel(&["labels", "--predict", "p5en.48xlarge", "--format", "k8s"], None));
+    let found = stdout(&accel(&["labels", "--sample", "aws-p5en-48xlarge", "--format", "k8s"], None));
+    let without_memory =
+        |t: &str| t.lines().filter(|l| !l.starts_with("nvidia.com/gpu.memory=")).collect::<Vec<_>>().join("\n");
+    assert_eq!(without_memory(&predicted), without_memory(&found));
+    let out = accel(&["labels", "--predict", "aws-p5en-48xlarge"], None);
+    assert!(stdout(&out).starts_with("--num-gpus=8 --labels='accel.io/accelerator-count=8,"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("predicted from system aws-p5en-48xlarge, sku nvidia-h200-sxm; not predicted: "), "{err}");
+    // Unknown names and a node source beside --predict are usage errors (2), with a hint.
+    let out = accel(&["labels", "--predict", "p5en.48xlarg"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("did you mean \"p5en.48xlarge\"?"));
+    assert_eq!(accel(&["labels", "--predict", "p5en.48xlarge", "--sample", "dgx-h100"], None).status.code(), Some(2));
+}

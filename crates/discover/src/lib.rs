@@ -28,6 +28,7 @@ pub mod net;
 pub mod osdevs;
 mod plugin;
 mod plugin_list;
+pub mod predict;
 pub mod probe;
 pub mod protocol;
 pub mod provenance;
