@@ -9,6 +9,7 @@ mod export;
 mod import;
 mod lab;
 mod plan;
+mod preflight;
 mod python;
 mod source;
 mod topo;
@@ -71,10 +72,14 @@ enum Command {
     /// The environment fingerprint (drivers, firmware, runtimes, libraries, variables), or
     /// `env diff A.json B.json`.
     Env(env::EnvArgs),
+    /// Pre-flight screens before a job: every device healthy, the expected links up, NICs at the
+    /// expected speed, the environment fingerprint as expected; each difference named.
+    Preflight(preflight::PreflightArgs),
     /// The lab: suites on contributed hardware through Ray, their results and what they say
     /// (runs `python -m accel.lab`; `accel lab --help`).
     Lab(lab::LabArgs),
-    /// Export this node (or a cluster) to Kubernetes DRA, Node Feature Discovery or Slurm.
+    /// Export this node (or a cluster) to Kubernetes DRA, Node Feature Discovery, Slurm, Kueue or
+    /// KAI Scheduler.
     Export {
         #[command(subcommand)]
         command: export::ExportCommand,
@@ -200,6 +205,7 @@ fn run(cli: Cli) -> Result<()> {
                 std::process::exit(1);
             }
         }
+        Command::Preflight(args) => preflight::run(&args, &mut out)?,
         Command::Export { command } => export::run(command, &mut out).map_err(export::classify)?,
         Command::Agent(args) => agent::run(args)?,
         Command::Lab(args) => lab::run(args)?,

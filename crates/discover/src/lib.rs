@@ -29,6 +29,7 @@ pub mod osdevs;
 mod plugin;
 mod plugin_list;
 pub mod predict;
+pub mod preflight;
 pub mod probe;
 pub mod protocol;
 pub mod provenance;
