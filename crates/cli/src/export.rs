@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use accel_export::topology::{self as topo, Scheduler};
-use accel_export::{dra, nfd, slurm, ExportError};
+use accel_export::{dra, dra_classes, nfd, slurm, ExportError};
 use accel_model::Machine;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -21,7 +21,7 @@ pub enum ExportCommand {
     /// `pciBusID`, `numaNode`) plus model, SKU, architecture, memory, scale-up island and clique;
     /// partitions (MIG, CPX) consume shared counters. Apply with `kubectl apply -f -`.
     #[command(
-        after_help = "Examples:\n  accel export dra --sample gb200-nvl72-tray\n  accel export dra --driver gpu.example.com | kubectl apply -f -\n  accel cluster build node-a/ node-b/ -o cluster.json\n  accel export dra --cluster cluster.json          one pool per node, named after it"
+        after_help = "Examples:\n  accel export dra --sample gb200-nvl72-tray\n  accel export dra --classes --k8s-version 1.37   DeviceClasses for the vendors' drivers\n  accel export dra --driver gpu.example.com | kubectl apply -f -\n  accel cluster build node-a/ node-b/ -o cluster.json\n  accel export dra --cluster cluster.json          one pool per node, named after it"
     )]
     Dra(DraArgs),
     /// Node Feature Discovery: a `features.d` file (`key=value` lines with an expiry).
@@ -91,6 +91,16 @@ pub struct DraArgs {
     /// instead of one machine: one ResourceSlice set per node, named after the node.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["root", "sample", "node_name", "labels_file"])]
     cluster: Option<PathBuf>,
+    /// Write DeviceClasses instead of ResourceSlices: one per device family, selecting the
+    /// vendor's own DRA driver where the family names one (`gpu.nvidia.com`, `gpu.amd.com`),
+    /// else accel's slices under `accel.io`, annotated as needing a kubelet plugin accel does not
+    /// ship.
+    #[arg(long)]
+    classes: bool,
+    /// The cluster's Kubernetes version (`1.MINOR`): from 1.37 on, `--classes` gives each class
+    /// its family's `k8s_resource` as `extendedResourceName`.
+    #[arg(long, value_name = "1.MINOR", default_value = "1.36", requires = "classes")]
+    k8s_version: String,
 }
 
 #[derive(Debug, Args)]
@@ -146,6 +156,19 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
                     vec![(args.node_name.clone().unwrap_or_else(|| node_name(&machine)), machine)]
                 }
             };
+            if args.classes {
+                let version: dra_classes::K8sVersion = args.k8s_version.parse()?;
+                let machines: Vec<&Machine> = nodes.iter().map(|(_, m)| m).collect();
+                let classes = dra_classes::device_classes(&machines, version)?;
+                for class in &classes {
+                    let text = serde_norway::to_string(class).map_err(ExportError::from)?;
+                    out.write_all(format!("---\n{text}").as_bytes())?;
+                }
+                if classes.is_empty() {
+                    eprintln!("accel: note: no accelerators found, so no DeviceClass");
+                }
+                return Ok(());
+            }
             let mut slices = Vec::new();
             for (node, machine) in &nodes {
                 let dra::Slices { slices: more, skipped } = dra::resource_slices(machine, node, &args.driver)?;

@@ -78,6 +78,10 @@ fn nfd_output_never_follows_a_planted_temporary_name() {
 fn bad_input_exits_2() {
     bad_input(&accel(&["export", "dra", "--sample", "dgx-h100", "--driver", "Not_A_Domain"]), "DNS subdomain");
     bad_input(
+        &accel(&["export", "dra", "--classes", "--sample", "dgx-h100", "--k8s-version", "2.0"]),
+        "Kubernetes version \"2.0\": expected 1.MINOR",
+    );
+    bad_input(
         &accel(&["export", "slurm", "--cluster", "/nonexistent.json", "--out-dir", "/tmp/x"]),
         "cannot read cluster",
     );

@@ -1,5 +1,6 @@
 //! The Kubernetes exports against the real schemas vendored in `test_data/k8s/` (README there):
-//! Kueue's and KAI Scheduler's `Topology` CRDs for clusters of real captures. Strict: a field the schema does
+//! Kueue's and KAI Scheduler's `Topology` CRDs for clusters of real captures, and Kubernetes'
+//! own `resource.k8s.io/v1` `DeviceClass` schema for the DRA classes. Strict: a field the schema does
 //! not name is an error, patterns are checked, and every CEL rule the CRD carries is checked by
 //! its hand-written equivalent below (an unknown rule fails the test, so a new CRD version cannot
 //! slip through unchecked).
@@ -220,4 +221,93 @@ fn the_planner_reads_the_exported_labels_back() {
         nodes == BTreeSet::from(["p5en-0", "p5en-1"]) || nodes == BTreeSet::from(["b200-0", "b200-1"]),
         "{nodes:?}"
     );
+}
+
+/// A vendored Kubernetes JSON Schema and the definitions its `$ref`s name.
+fn k8s_schema(version: &str, file: &str) -> (Value, serde_json::Map<String, Value>) {
+    let dir = k8s_dir().join(format!("kubernetes-{version}"));
+    let read = |f: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap() };
+    let defs = read("_definitions.json")["$defs"].as_object().unwrap().clone();
+    (read(file), defs)
+}
+
+fn validate_class(version: &str, class: &Value) -> Vec<String> {
+    let (schema, defs) = k8s_schema(version, "deviceclass-resource-v1.json");
+    let v = Validator { defs: Some(&defs), strict: true, pattern: Some(&matches) };
+    let found = v.check(&schema, class);
+    let mut errors = found.errors;
+    // The API server's checks that the schema leaves to code: a DNS subdomain name, and a class
+    // that selects something (the driver it names).
+    let name = class["metadata"]["name"].as_str().unwrap_or_default();
+    if !matches(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", name) {
+        errors.push(format!("metadata.name {name:?} is not a DNS subdomain"));
+    }
+    let cel = class["spec"]["selectors"][0]["cel"]["expression"].as_str().unwrap_or_default();
+    if !matches(
+        r#"^device\.driver == "[a-z0-9.-]+"( && device\.attributes\["[a-z0-9.-]+"\]\.vendor == "[^"]+")?$"#,
+        cel,
+    ) {
+        errors.push(format!("selector {cel:?} names no driver"));
+    }
+    errors
+}
+
+#[test]
+fn dra_device_classes_name_the_vendors_drivers_and_validate_against_kubernetes_schemas() {
+    use accel_export::dra_classes::{device_classes, K8sVersion, NEEDS_PLUGIN};
+    let machines: Vec<Machine> =
+        ["dgx-h100", "mi300x", "tpu-v6e"].iter().map(|n| accel_discover::samples::machine(n).unwrap()).collect();
+    let refs: Vec<&Machine> = machines.iter().collect();
+    for (version, extended) in [("1.36.0", false), ("1.37.0", true)] {
+        let classes = device_classes(&refs, version.parse::<K8sVersion>().unwrap()).unwrap();
+        let by_name: BTreeMap<&str, &Value> =
+            classes.iter().map(|c| (c["metadata"]["name"].as_str().unwrap(), c)).collect();
+        assert_eq!(
+            by_name.keys().copied().collect::<Vec<_>>(),
+            ["accel-gpu-amd", "accel-gpu-nvidia", "accel-tpu-google"]
+        );
+        for c in &classes {
+            let errors = validate_class(version, c);
+            assert!(errors.is_empty(), "{version} {}: {errors:?}", c["metadata"]["name"]);
+        }
+        let expr = |n: &str| by_name[n]["spec"]["selectors"][0]["cel"]["expression"].as_str().unwrap().to_owned();
+        assert_eq!(expr("accel-gpu-nvidia"), r#"device.driver == "gpu.nvidia.com""#);
+        assert_eq!(expr("accel-gpu-amd"), r#"device.driver == "gpu.amd.com""#);
+        // A family without a DRA driver: accel's own slices, marked as needing a kubelet plugin.
+        assert_eq!(
+            expr("accel-tpu-google"),
+            r#"device.driver == "accel.io" && device.attributes["accel.io"].vendor == "google""#
+        );
+        assert!(by_name["accel-tpu-google"]["metadata"]["annotations"][NEEDS_PLUGIN]
+            .as_str()
+            .unwrap()
+            .contains("no kubelet plugin"));
+        assert!(by_name["accel-gpu-nvidia"]["metadata"].get("annotations").is_none());
+        // KEP-5004 from 1.37: the family's extended resource is served through its class.
+        let ext = |n: &str| by_name[n]["spec"].get("extendedResourceName").and_then(Value::as_str).map(str::to_owned);
+        assert_eq!(ext("accel-gpu-nvidia"), extended.then(|| "nvidia.com/gpu".to_owned()));
+        assert_eq!(ext("accel-gpu-amd"), extended.then(|| "amd.com/gpu".to_owned()));
+    }
+}
+
+#[test]
+fn the_device_class_validation_fails_on_broken_classes() {
+    use accel_export::dra_classes::{device_classes, K8sVersion};
+    let m = accel_discover::samples::machine("dgx-h100").unwrap();
+    let good = device_classes(&[&m], "1.37".parse::<K8sVersion>().unwrap()).unwrap().remove(0);
+    assert!(validate_class("1.37.0", &good).is_empty());
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit); 5] = [
+        ("unknown field", |c| c["spec"]["extendedResources"] = "x".into()),
+        ("expected [\"array\",\"null\"]", |c| c["spec"]["selectors"] = "device.driver".into()),
+        ("expected [\"string\",\"null\"]", |c| c["spec"]["extendedResourceName"] = 3.into()),
+        ("DNS subdomain", |c| c["metadata"]["name"] = "Accel GPU".into()),
+        ("names no driver", |c| c["spec"]["selectors"][0]["cel"]["expression"] = "true".into()),
+    ];
+    for (part, edit) in cases {
+        let mut c = good.clone();
+        edit(&mut c);
+        let errors = validate_class("1.37.0", &c);
+        assert!(errors.iter().any(|e| e.contains(part)), "{part}: {errors:?}");
+    }
 }
