@@ -37,6 +37,19 @@ fn discover_json(
 #[pyfunction]
 #[pyo3(signature = (root = None, sample = None))]
 fn env_json(py: Python<'_>, root: Option<PathBuf>, sample: Option<String>) -> PyResult<String> {
+    let fp = on_host(py, root, sample, accel_discover::fingerprint::collect)?;
+    serde_json::to_string(&fp).map_err(to_py(discovery_error))
+}
+
+/// Runs `f` on the host of this machine (`root` None), a captured root or an embedded sample,
+/// opened as the CLI opens it (`$ACCEL_SKU_DIR`, external plugins from the environment), with
+/// every plugin, outside the GIL.
+fn on_host<T: Send>(
+    py: Python<'_>,
+    root: Option<PathBuf>,
+    sample: Option<String>,
+    f: impl FnOnce(&Host, &[Box<dyn accel_discover::Vendor>]) -> T + Send,
+) -> PyResult<T> {
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     let registry = load_registry(accel_discover::sku_dir(&env).as_deref(), &[]).map_err(to_py(discovery_error))?;
     let exec = accel_discover::exec::ExecOptions::from_env(&env);
@@ -45,14 +58,13 @@ fn env_json(py: Python<'_>, root: Option<PathBuf>, sample: Option<String>) -> Py
         None => Source::from_root(&root.unwrap_or_else(|| PathBuf::from("/"))),
     };
     let options = OpenOptions { registry, env, ..OpenOptions::default() };
-    let fp = py.detach(|| {
+    let out = py.detach(|| {
         Host::open(&source, options).map(|host| {
             let (plugins, _) = accel_discover::plugins_with_external(&exec);
-            accel_discover::fingerprint::collect(&host, &plugins)
+            f(&host, &plugins)
         })
     });
-    let fp = fp.map_err(to_py(discovery_error))?;
-    serde_json::to_string(&fp).map_err(to_py(discovery_error))
+    out.map_err(to_py(discovery_error))
 }
 
 /// `accel env diff A B` in process: `(same, text)` for two fingerprint documents (JSON text).
@@ -79,21 +91,8 @@ fn is_secret_name(name: &str) -> bool {
 #[pyfunction]
 #[pyo3(signature = (root = None, sample = None))]
 fn probe_json(py: Python<'_>, root: Option<PathBuf>, sample: Option<String>) -> PyResult<String> {
-    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let registry = load_registry(accel_discover::sku_dir(&env).as_deref(), &[]).map_err(to_py(discovery_error))?;
-    let exec = accel_discover::exec::ExecOptions::from_env(&env);
-    let source = match sample {
-        Some(name) => Source::Sample(name),
-        None => Source::from_root(&root.unwrap_or_else(|| PathBuf::from("/"))),
-    };
-    let options = OpenOptions { registry, env, ..OpenOptions::default() };
-    let result = py.detach(|| {
-        Host::open(&source, options).map(|host| {
-            let (plugins, _) = accel_discover::plugins_with_external(&exec);
-            accel_discover::probe::probe(&host, &plugins)
-        })
-    });
-    serde_json::to_string(&result.map_err(to_py(discovery_error))?).map_err(to_py(discovery_error))
+    let result = on_host(py, root, sample, accel_discover::probe::probe)?;
+    serde_json::to_string(&result).map_err(to_py(discovery_error))
 }
 
 /// One step of the monitor: `(tracker, result)` after `result` (a `probe_json` document) is
