@@ -94,13 +94,18 @@ pub struct DraArgs {
     /// Write DeviceClasses instead of ResourceSlices: one per device family, selecting the
     /// vendor's own DRA driver where the family names one (`gpu.nvidia.com`, `gpu.amd.com`),
     /// else accel's slices under `accel.io`, annotated as needing a kubelet plugin accel does not
-    /// ship.
+    /// ship; and ResourceClaimTemplates whose `matchAttribute` constraints keep a claim in one
+    /// scale-up island (accel's slices) or a device with its NIC (`--nic-class`).
     #[arg(long)]
     classes: bool,
     /// The cluster's Kubernetes version (`1.MINOR`): from 1.37 on, `--classes` gives each class
     /// its family's `k8s_resource` as `extendedResourceName`.
     #[arg(long, value_name = "1.MINOR", default_value = "1.36", requires = "classes")]
     k8s_version: String,
+    /// With `--classes`: the cluster's DeviceClass of RDMA NICs (its NIC DRA driver's), for a
+    /// `<class>-with-nic` ResourceClaimTemplate that keeps a device and a NIC on one PCIe root.
+    #[arg(long, value_name = "CLASS", requires = "classes")]
+    nic_class: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -159,7 +164,8 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
             if args.classes {
                 let version: dra_classes::K8sVersion = args.k8s_version.parse()?;
                 let machines: Vec<&Machine> = nodes.iter().map(|(_, m)| m).collect();
-                let classes = dra_classes::device_classes(&machines, version)?;
+                let mut classes = dra_classes::device_classes(&machines, version)?;
+                classes.extend(dra_classes::claim_templates(&machines, args.nic_class.as_deref())?);
                 for class in &classes {
                     let text = serde_norway::to_string(class).map_err(ExportError::from)?;
                     out.write_all(format!("---\n{text}").as_bytes())?;

@@ -48,9 +48,8 @@ pub fn device_classes(machines: &[&Machine], version: K8sVersion) -> Result<Vec<
     let mut classes: BTreeMap<String, Value> = BTreeMap::new();
     for acc in machines.iter().flat_map(|m| &m.accelerators) {
         let v = &acc.vocabulary;
-        let kind = if v.kind.is_empty() { "accelerator" } else { v.kind.as_str() };
         let vendor = label_value(&acc.vendor).to_ascii_lowercase();
-        let name = dns_label(&format!("accel-{kind}-{vendor}"));
+        let name = class_name(acc);
         if classes.contains_key(&name) {
             continue;
         }
@@ -82,6 +81,64 @@ pub fn device_classes(machines: &[&Machine], version: K8sVersion) -> Result<Vec<
         );
     }
     Ok(classes.into_values().collect())
+}
+
+/// `ResourceClaimTemplate`s (namespace-less: `kubectl apply -n NS`) that keep a claim's devices
+/// together through `matchAttribute` constraints, for each class [`device_classes`] writes:
+///
+/// - `<class>-x<N>`, for a family that accel's own slices describe and whose devices form
+///   scale-up islands of N: N devices of one island (`accel.io/scaleUpIsland`). A vendor's
+///   driver publishes no such attribute (NVIDIA's `gpu.nvidia.com` GPUs carry none), so its
+///   families get none;
+/// - `<class>-with-nic`, when `nic_class` names the cluster's DeviceClass of RDMA NICs (a NIC
+///   DRA driver's): one device and one NIC on the same PCIe root
+///   (`resource.kubernetes.io/pcieRoot`, which both accel's slices and NVIDIA's driver publish).
+pub fn claim_templates(machines: &[&Machine], nic_class: Option<&str>) -> Result<Vec<Value>, ExportError> {
+    if let Some(nic) = nic_class.filter(|n| dns_label(n) != *n) {
+        return Err(ExportError::Input(format!("--nic-class {nic:?} is not a DNS label (lowercase a-z, 0-9, '-')")));
+    }
+    let mut out: BTreeMap<String, Value> = BTreeMap::new();
+    let request = |name: &str, class: &str, count: usize| json!({"name": name, "exactly": {"deviceClassName": class, "count": count}});
+    let template = |name: &str, requests: Vec<Value>, attribute: &str| {
+        let names: Vec<&Value> = requests.iter().map(|r| &r["name"]).collect();
+        json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": {"devices": {
+                "requests": requests,
+                "constraints": [{"requests": names, "matchAttribute": attribute}],
+            }}},
+        })
+    };
+    for machine in machines {
+        let islands = accel_discover::labels::islands(machine);
+        for acc in &machine.accelerators {
+            let class = class_name(acc);
+            if let Some(nic) = nic_class {
+                let name = format!("{class}-with-nic");
+                let requests = vec![request("accelerator", &class, 1), request("nic", nic, 1)];
+                out.entry(name.clone()).or_insert_with(|| template(&name, requests, "resource.kubernetes.io/pcieRoot"));
+            }
+            if acc.vocabulary.dra_driver.is_some() {
+                continue;
+            }
+            if let Some((_, members)) = islands.iter().find(|(_, m)| m.contains(&acc.id)) {
+                let name = format!("{class}-x{}", members.len());
+                let attribute = format!("{DEFAULT_DRIVER}/scaleUpIsland");
+                out.entry(name.clone()).or_insert_with(|| {
+                    template(&name, vec![request("accelerators", &class, members.len())], &attribute)
+                });
+            }
+        }
+    }
+    Ok(out.into_values().collect())
+}
+
+/// The class of a device: `accel-<kind>-<vendor>`.
+fn class_name(acc: &accel_model::Accelerator) -> String {
+    let kind = if acc.vocabulary.kind.is_empty() { "accelerator" } else { acc.vocabulary.kind.as_str() };
+    dns_label(&format!("accel-{kind}-{}", label_value(&acc.vendor).to_ascii_lowercase()))
 }
 
 #[cfg(test)]

@@ -311,3 +311,83 @@ fn the_device_class_validation_fails_on_broken_classes() {
         assert!(errors.iter().any(|e| e.contains(part)), "{part}: {errors:?}");
     }
 }
+
+fn validate_template(version: &str, template: &Value) -> Vec<String> {
+    let (schema, defs) = k8s_schema(version, "resourceclaimtemplate-resource-v1.json");
+    let v = Validator { defs: Some(&defs), strict: true, pattern: Some(&matches) };
+    let mut errors = v.check(&schema, template).errors;
+    // What the API server checks in code: every constraint names requests the claim makes.
+    let devices = &template["spec"]["spec"]["devices"];
+    let made: BTreeSet<&str> =
+        devices["requests"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
+    for c in devices["constraints"].as_array().into_iter().flatten() {
+        for r in c["requests"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            if !made.contains(r) {
+                errors.push(format!("constraint names request {r:?}, which the claim does not make"));
+            }
+        }
+    }
+    errors
+}
+
+#[test]
+fn dra_claim_templates_keep_devices_together_on_attributes_the_slices_carry() {
+    use accel_export::dra_classes::claim_templates;
+    let machines: Vec<Machine> =
+        ["dgx-h100", "tpu-v6e", "mi210-2hive"].iter().map(|n| accel_discover::samples::machine(n).unwrap()).collect();
+    let refs: Vec<&Machine> = machines.iter().collect();
+    let templates = claim_templates(&refs, Some("rdma-nics")).unwrap();
+    let names: Vec<&str> = templates.iter().map(|t| t["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["accel-gpu-amd-with-nic", "accel-gpu-nvidia-with-nic", "accel-tpu-google-with-nic", "accel-tpu-google-x8"]
+    );
+    for version in ["1.36.0", "1.37.0"] {
+        for t in &templates {
+            let errors = validate_template(version, t);
+            assert!(errors.is_empty(), "{version} {}: {errors:?}", t["metadata"]["name"]);
+        }
+    }
+    // The island constraint names an attribute accel's own slices give every TPU, with one value
+    // for the whole island of 8.
+    let x8 = &templates[3]["spec"]["spec"]["devices"];
+    assert_eq!(x8["constraints"][0]["matchAttribute"], "accel.io/scaleUpIsland");
+    assert_eq!(x8["requests"][0]["exactly"]["count"], 8);
+    let slices = accel_export::dra::resource_slices(&machines[1], "tpu-0", "accel.io").unwrap().slices;
+    let islands: BTreeSet<String> = slices
+        .iter()
+        .flat_map(|s| &s.spec.devices)
+        .map(|d| serde_json::to_string(&d.attributes["scaleUpIsland"]).unwrap())
+        .collect();
+    assert_eq!(islands.len(), 1, "{islands:?}");
+    // The NIC template: one device and one NIC on the same PCIe root.
+    let nic = &templates[1]["spec"]["spec"]["devices"];
+    assert_eq!(nic["constraints"][0]["matchAttribute"], "resource.kubernetes.io/pcieRoot");
+    assert_eq!(nic["requests"][1]["exactly"]["deviceClassName"], "rdma-nics");
+    // No NIC class: no NIC templates; a bad one is refused.
+    assert_eq!(claim_templates(&refs, None).unwrap().len(), 1);
+    assert!(claim_templates(&refs, Some("Bad Class")).is_err());
+}
+
+#[test]
+fn the_claim_template_validation_fails_on_broken_templates() {
+    let m = accel_discover::samples::machine("tpu-v6e").unwrap();
+    let good = accel_export::dra_classes::claim_templates(&[&m], None).unwrap().remove(0);
+    assert!(validate_template("1.37.0", &good).is_empty());
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit); 3] = [
+        ("unknown field", |t| t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["cuont"] = 8.into()),
+        ("missing required field \"deviceClassName\"", |t| {
+            t["spec"]["spec"]["devices"]["requests"][0]["exactly"].as_object_mut().unwrap().remove("deviceClassName");
+        }),
+        ("which the claim does not make", |t| {
+            t["spec"]["spec"]["devices"]["constraints"][0]["requests"][0] = "gpus".into()
+        }),
+    ];
+    for (part, edit) in cases {
+        let mut t = good.clone();
+        edit(&mut t);
+        let errors = validate_template("1.37.0", &t);
+        assert!(errors.iter().any(|e| e.contains(part)), "{part}: {errors:?}");
+    }
+}
