@@ -69,7 +69,13 @@ fn its_k8s_resource_reaches_its_dra_device_class() {
     // the plugin's extended resource.
     let args = ["export", "dra", "--classes", "--k8s-version", "1.37", "--root"];
     let classes = stdout(accel(&[&args[..], &[capture().as_str()]].concat(), Some(&example())));
-    let doc: serde_json::Value = serde_norway::from_str(classes.trim_start_matches("---\n")).unwrap();
+    let docs: Vec<serde_json::Value> =
+        classes.split("---\n").filter(|d| !d.trim().is_empty()).map(|d| serde_norway::from_str(d).unwrap()).collect();
+    let doc = docs.iter().find(|d| d["kind"] == "DeviceClass").unwrap();
+    // Its HCCS island of 8 gets a claim template that keeps a claim inside it.
+    let island = docs.iter().find(|d| d["kind"] == "ResourceClaimTemplate").unwrap();
+    assert_eq!(island["metadata"]["name"], "accel-npu-huawei-x8");
+    assert_eq!(island["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"], "accel-npu-huawei");
     assert_eq!(doc["kind"], "DeviceClass");
     assert_eq!(doc["metadata"]["name"], "accel-npu-huawei");
     assert_eq!(doc["spec"]["extendedResourceName"], "huawei.com/Ascend910");
