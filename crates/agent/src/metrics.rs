@@ -61,6 +61,10 @@ type C = Family<Labels, Counter<u64>>;
 /// Every family the agent can emit: (name, help). A family with no series is not printed.
 pub const FAMILIES: &[(&str, &str)] = &[
     ("accel_device_info", "An accelerator the node's discovery found (value 1), with its SKU and partition"),
+    (
+        "accel_device_health",
+        "A device's health verdict, judged again every sample (value 1 on its state: healthy, unhealthy or unknown; device is its name on the node, reason the first reason)",
+    ),
     ("accel_hw_gpu_utilization_ratio", "Fraction of time the device was busy (OpenTelemetry hw.gpu.utilization)"),
     ("accel_hw_gpu_memory_usage_bytes", "Device memory in use (hw.gpu.memory.usage)"),
     ("accel_hw_gpu_memory_limit_bytes", "Device memory in total (hw.gpu.memory.limit)"),
@@ -171,6 +175,7 @@ pub fn render(machine: &Machine, sample: &Sample) -> String {
         f
     };
     let info = g(&mut registry, "accel_device_info");
+    let health = g(&mut registry, "accel_device_health");
     let util = g(&mut registry, "accel_hw_gpu_utilization_ratio");
     let mem_used = g(&mut registry, "accel_hw_gpu_memory_usage_bytes");
     let mem_total = g(&mut registry, "accel_hw_gpu_memory_limit_bytes");
@@ -195,6 +200,14 @@ pub fn render(machine: &Machine, sample: &Sample) -> String {
             acc.partition.as_ref().map(|p| format!("{} {}", p.mode, p.index)).unwrap_or_default().into(),
         ));
         info.get_or_create(&l).set(1.0);
+    }
+    for (acc, name) in machine.accelerators.iter().zip(machine.device_labels()) {
+        let Some(h) = &acc.health else { continue };
+        let mut l = device_labels(acc);
+        l.push(("device".into(), name.into()));
+        l.push(("state".into(), h.state.as_str().into()));
+        l.push(("reason".into(), h.reasons.first().cloned().unwrap_or_default().into()));
+        health.get_or_create(&l).set(1.0);
     }
     let mut warnings = sample.warnings.clone();
     for r in &sample.readings.devices {

@@ -3,8 +3,10 @@
 //! [`Readers::sample`] asks them all once; a family that provides nothing on this host
 //! contributes no devices and no series.
 
+use accel_discover::health::ByPlugin;
 use accel_discover::readings::{Metrics, Readings};
 use accel_discover::{Host, Vendor};
+use accel_model::Machine;
 use serde::Serialize;
 
 /// Every reader of one node.
@@ -49,6 +51,22 @@ impl Readers {
     /// Readers of `host` through `plugins`.
     pub fn new(host: Host, plugins: Vec<Box<dyn Vendor>>) -> Readers {
         Readers { host, plugins, replay: None }
+    }
+
+    /// `machine` with every device's health judged again now, by discovery's rules
+    /// (`accel_discover::health::evaluate`: the PCIe link the machine shows, then each family's
+    /// own health source on this host), so a device that turns bad while the agent runs is named
+    /// on the page and in `accel_device_health`. Blocking, like [`Readers::sample`].
+    pub fn judge(&self, machine: &Machine) -> Machine {
+        let mut live = machine.clone();
+        let mut by_plugin = ByPlugin::new();
+        for plugin in &self.plugins {
+            if machine.accelerators.iter().any(|a| a.plugin == plugin.id()) {
+                by_plugin.insert(plugin.id(), plugin.health(&self.host, machine));
+            }
+        }
+        accel_discover::health::evaluate(self.host.is_live(), &by_plugin, &mut live);
+        live
     }
 
     /// Runs every reader once. Blocking (files, library calls, plugin processes).

@@ -51,6 +51,9 @@ pub struct Snapshot {
     /// The exposition, shared by every scrape without a copy.
     pub metrics: Bytes,
     pub readings_json: String,
+    /// `/v1/node`: the machine with the health judged at this sample, serialised once (empty
+    /// before the first sample, when the discovered machine is served).
+    pub machine_json: String,
     /// Unix seconds.
     pub taken_at: f64,
     pub took_s: f64,
@@ -78,7 +81,9 @@ impl State {
     pub fn refresh(&self, readers: &Readers) {
         let start = std::time::Instant::now();
         let sample = readers.sample();
-        let metrics = metrics::render(&self.machine, &sample);
+        let live = readers.judge(&self.machine);
+        let metrics = metrics::render(&live, &sample);
+        let machine_json = serde_json::to_string(&live).expect("the model serialises");
         let readings_json = serde_json::to_string(&json!({
             "node": self.node_name,
             "readings": sample.readings,
@@ -90,6 +95,7 @@ impl State {
             sample,
             metrics: Bytes::from(metrics),
             readings_json,
+            machine_json,
             taken_at: now(),
             took_s: start.elapsed().as_secs_f64(),
         };
@@ -222,7 +228,8 @@ async fn not_found() -> Response {
 }
 
 async fn node(AxState(state): AxState<Arc<State>>) -> Response {
-    json_response(state.machine_json.clone())
+    let snap = state.snapshot();
+    json_response(if snap.machine_json.is_empty() { state.machine_json.clone() } else { snap.machine_json.clone() })
 }
 
 async fn env(AxState(state): AxState<Arc<State>>) -> Response {

@@ -64,7 +64,7 @@ pub fn run(args: &EnvArgs, out: &mut impl Write) -> Result<bool> {
 }
 
 /// A fingerprint file, or a document that embeds one under `fingerprint`.
-fn load(path: &Path) -> Result<Fingerprint> {
+pub(crate) fn load(path: &Path) -> Result<Fingerprint> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;

@@ -1,9 +1,11 @@
-//! `accel export dra|nfd|slurm`: this node (or a cluster) in other schedulers' own formats.
+//! `accel export dra|nfd|slurm|kueue|kai`: this node (or a cluster) in other schedulers' own
+//! formats.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use accel_export::{dra, nfd, slurm, ExportError};
+use accel_export::topology::{self as topo, Scheduler};
+use accel_export::{dra, dra_classes, nfd, slurm, ExportError};
 use accel_model::Machine;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -19,7 +21,7 @@ pub enum ExportCommand {
     /// `pciBusID`, `numaNode`) plus model, SKU, architecture, memory, scale-up island and clique;
     /// partitions (MIG, CPX) consume shared counters. Apply with `kubectl apply -f -`.
     #[command(
-        after_help = "Examples:\n  accel export dra --sample gb200-nvl72-tray\n  accel export dra --driver gpu.example.com | kubectl apply -f -\n  accel cluster build node-a/ node-b/ -o cluster.json\n  accel export dra --cluster cluster.json          one pool per node, named after it"
+        after_help = "Examples:\n  accel export dra --sample gb200-nvl72-tray\n  accel export dra --classes --k8s-version 1.37   DeviceClasses for the vendors' drivers\n  accel export dra --driver gpu.example.com | kubectl apply -f -\n  accel cluster build node-a/ node-b/ -o cluster.json\n  accel export dra --cluster cluster.json          one pool per node, named after it"
     )]
     Dra(DraArgs),
     /// Node Feature Discovery: a `features.d` file (`key=value` lines with an expiry).
@@ -39,6 +41,40 @@ pub enum ExportCommand {
         after_help = "Examples:\n  accel cluster --sample dgx-h100:4 --rack-size 2 > cluster.json\n  accel cluster build node-a/ node-b/ --labels labels.txt -o cluster.json\n  accel export slurm --cluster cluster.json --out-dir /etc/slurm"
     )]
     Slurm(SlurmArgs),
+    /// Kueue: a `Topology` (`kueue.x-k8s.io/v1beta2`) whose levels are the fabric's tiers, the
+    /// scale-up domain and `kubernetes.io/hostname`, and the node labels it names.
+    ///
+    /// Levels, root first: `fabric.topograph.run/tier-N` (topograph v1's keys; tier 0 closest to
+    /// the node), `accelerator.topograph.run/domain`, `kubernetes.io/hostname`. They must nest: a
+    /// cluster where they do not is refused, naming the two nodes. Reference the Topology from a
+    /// ResourceFlavor's `spec.topologyName`.
+    #[command(
+        after_help = "Examples:\n  accel cluster build a/ b/ c/ --topology fabric.json -o cluster.json\n  accel export kueue --cluster cluster.json --node-labels label-nodes.sh | kubectl apply -f -\n  sh label-nodes.sh                                 kubectl label node ... for every node"
+    )]
+    Kueue(TopologyArgs),
+    /// KAI Scheduler: a `Topology` (`kai.scheduler/v1alpha1`) with the same levels as `kueue`,
+    /// and the node labels it names.
+    #[command(
+        after_help = "Examples:\n  accel export kai --cluster cluster.json --node-labels label-nodes.sh | kubectl apply -f -\n  accel export kai --cluster cluster.json --json    the Topology and every node's labels"
+    )]
+    Kai(TopologyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TopologyArgs {
+    /// The cluster, as `accel cluster` or `accel cluster build` writes it (its `tiers` and node
+    /// labels give the fabric; topograph's labels are read too).
+    #[arg(long, value_name = "FILE")]
+    cluster: PathBuf,
+    /// The Topology's name.
+    #[arg(long, value_name = "NAME", default_value = "accel")]
+    name: String,
+    /// Also write `kubectl label node` lines for every node's level labels to FILE.
+    #[arg(long, value_name = "FILE")]
+    node_labels: Option<PathBuf>,
+    /// Print `{"topology": ..., "node_labels": {node: {key: value}}}` as JSON instead of YAML.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -55,6 +91,21 @@ pub struct DraArgs {
     /// instead of one machine: one ResourceSlice set per node, named after the node.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["root", "sample", "node_name", "labels_file"])]
     cluster: Option<PathBuf>,
+    /// Write DeviceClasses instead of ResourceSlices: one per device family, selecting the
+    /// vendor's own DRA driver where the family names one (`gpu.nvidia.com`, `gpu.amd.com`),
+    /// else accel's slices under `accel.io`, annotated as needing a kubelet plugin accel does not
+    /// ship; and ResourceClaimTemplates whose `matchAttribute` constraints keep a claim in one
+    /// scale-up island (accel's slices) or a device with its NIC (`--nic-class`).
+    #[arg(long)]
+    classes: bool,
+    /// The cluster's Kubernetes version (`1.MINOR`): from 1.37 on, `--classes` gives each class
+    /// its family's `k8s_resource` as `extendedResourceName`.
+    #[arg(long, value_name = "1.MINOR", default_value = "1.36", requires = "classes")]
+    k8s_version: String,
+    /// With `--classes`: the cluster's DeviceClass of RDMA NICs (its NIC DRA driver's), for a
+    /// `<class>-with-nic` ResourceClaimTemplate that keeps a device and a NIC on one PCIe root.
+    #[arg(long, value_name = "CLASS", requires = "classes")]
+    nic_class: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -110,6 +161,20 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
                     vec![(args.node_name.clone().unwrap_or_else(|| node_name(&machine)), machine)]
                 }
             };
+            if args.classes {
+                let version: dra_classes::K8sVersion = args.k8s_version.parse()?;
+                let machines: Vec<&Machine> = nodes.iter().map(|(_, m)| m).collect();
+                let mut classes = dra_classes::device_classes(&machines, version)?;
+                classes.extend(dra_classes::claim_templates(&machines, args.nic_class.as_deref())?);
+                for class in &classes {
+                    let text = serde_norway::to_string(class).map_err(ExportError::from)?;
+                    out.write_all(format!("---\n{text}").as_bytes())?;
+                }
+                if classes.is_empty() {
+                    eprintln!("accel: note: no accelerators found, so no DeviceClass");
+                }
+                return Ok(());
+            }
             let mut slices = Vec::new();
             for (node, machine) in &nodes {
                 let dra::Slices { slices: more, skipped } = dra::resource_slices(machine, node, &args.driver)?;
@@ -132,6 +197,8 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
                 None => out.write_all(text.as_bytes())?,
             }
         }
+        ExportCommand::Kueue(args) => topology(Scheduler::Kueue, &args, out)?,
+        ExportCommand::Kai(args) => topology(Scheduler::Kai, &args, out)?,
         ExportCommand::Slurm(args) => {
             let cluster = read_cluster(&args.cluster)?;
             let files = slurm::export(&cluster, &args.dev_dir)?;
@@ -150,6 +217,32 @@ pub fn run(command: ExportCommand, out: &mut impl Write) -> Result<()> {
                 eprintln!("accel: warning: {w}");
             }
         }
+    }
+    Ok(())
+}
+
+/// `accel export kueue|kai`.
+fn topology(scheduler: Scheduler, args: &TopologyArgs, out: &mut impl Write) -> Result<()> {
+    let cluster = read_cluster(&args.cluster)?;
+    let name = accel_export::dns_label(&args.name);
+    if name != args.name {
+        return Err(
+            ExportError::Input(format!("--name {:?} is not a DNS label (lowercase a-z, 0-9, '-')", args.name)).into()
+        );
+    }
+    let levels = topo::levels(&cluster).map_err(|e| match e {
+        ExportError::Input(m) => ExportError::Input(format!("cluster {}: {m}", args.cluster.display())),
+        e => e,
+    })?;
+    let object = topo::topology(scheduler, &name, &levels);
+    if let Some(path) = &args.node_labels {
+        write_atomic(path, &topo::label_commands(&levels))?;
+    }
+    if args.json {
+        let doc = serde_json::json!({"topology": object, "node_labels": levels.nodes});
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        out.write_all(format!("---\n{}", serde_norway::to_string(&object).map_err(ExportError::from)?).as_bytes())?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod export;
 mod import;
 mod lab;
 mod plan;
+mod preflight;
 mod python;
 mod source;
 mod topo;
@@ -56,7 +57,8 @@ enum Command {
     /// List the machines embedded in this binary (use with `--sample NAME`), each `real` (read
     /// from a real machine), `derived` (every fact traced to a public artifact) or `synthetic`.
     Samples,
-    /// Print node labels and resources for a scheduler: `ray start` arguments or Kubernetes labels.
+    /// Print node labels and resources for a scheduler: `ray start` arguments or Kubernetes labels
+    /// (of this node, a capture, a sample, or with `--predict` a node not yet seen).
     Labels(LabelsArgs),
     /// Capture this machine (allow-listed sysfs/procfs files, NVML, metadata) into OUT_DIR.
     Capture(CaptureArgs),
@@ -70,10 +72,14 @@ enum Command {
     /// The environment fingerprint (drivers, firmware, runtimes, libraries, variables), or
     /// `env diff A.json B.json`.
     Env(env::EnvArgs),
+    /// Pre-flight screens before a job: every device healthy, the expected links up, NICs at the
+    /// expected speed, the environment fingerprint as expected; each difference named.
+    Preflight(preflight::PreflightArgs),
     /// The lab: suites on contributed hardware through Ray, their results and what they say
     /// (runs `python -m accel.lab`; `accel lab --help`).
     Lab(lab::LabArgs),
-    /// Export this node (or a cluster) to Kubernetes DRA, Node Feature Discovery or Slurm.
+    /// Export this node (or a cluster) to Kubernetes DRA, Node Feature Discovery, Slurm, Kueue or
+    /// KAI Scheduler.
     Export {
         #[command(subcommand)]
         command: export::ExportCommand,
@@ -130,6 +136,13 @@ struct LabelsArgs {
     /// `accel.io/unhealthy-devices`
     #[arg(long)]
     allow_unknown_health: bool,
+    /// Predict the labels and resources of a node not yet seen, from the SKU registry alone: an
+    /// instance type (`p5en.48xlarge`, the DMI product name its nodes report), a system id
+    /// (`aws-p5en-48xlarge`, `accel skus`) or a SKU id with a device count
+    /// (`nvidia-h200-sxm:8`). What depends on the node itself (its name, the clique and switches
+    /// it joins, the memory its driver reports) is left out and named on stderr
+    #[arg(long, value_name = "SKU|INSTANCE_TYPE", conflicts_with_all = ["root", "sample", "labels_file"])]
+    predict: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -192,13 +205,27 @@ fn run(cli: Cli) -> Result<()> {
                 std::process::exit(1);
             }
         }
+        Command::Preflight(args) => preflight::run(&args, &mut out)?,
         Command::Export { command } => export::run(command, &mut out).map_err(export::classify)?,
         Command::Agent(args) => agent::run(args)?,
         Command::Lab(args) => lab::run(args)?,
         Command::Import { command } => import::run(command, &mut out)?,
         Command::Bench { command: plan::BenchCommand::Plan(args) } => plan::bench(&args, &mut out)?,
         Command::Labels(args) => {
-            let mut machine = discover_machine(&args.source)?;
+            let mut machine = match &args.predict {
+                Some(what) => {
+                    let registry = source::registry(&args.source.registry)?;
+                    let (plugins, _) = accel_discover::plugins_with_external(&exec_options());
+                    let p = accel_discover::predict::predict(&registry, &plugins, what)?;
+                    eprintln!(
+                        "accel: predicted from {}; not predicted: {}",
+                        p.from.join(", "),
+                        p.unpredictable.join("; ")
+                    );
+                    p.machine
+                }
+                None => discover_machine(&args.source)?,
+            };
             if args.allow_unknown_health {
                 machine.attributes.insert(accel_model::HEALTH_UNKNOWN_ATTR.into(), "allow".into());
             }

@@ -203,3 +203,62 @@ fn agent_refuses_a_network_listener_without_a_token() {
     assert!(one_line_error(&out).contains("at least 16 characters"));
     assert!(stdout(&accel(&["agent", "--help"], None)).contains("--token-file"));
 }
+
+#[test]
+fn labels_predict_a_node_before_it_exists() {
+    // The instance type gives the same labels as the real capture of one, bar the memory.
+    let predicted = stdout(&accel(&["labels", "--predict", "p5en.48xlarge", "--format", "k8s"], None));
+    let found = stdout(&accel(&["labels", "--sample", "aws-p5en-48xlarge", "--format", "k8s"], None));
+    let without_memory =
+        |t: &str| t.lines().filter(|l| !l.starts_with("nvidia.com/gpu.memory=")).collect::<Vec<_>>().join("\n");
+    assert_eq!(without_memory(&predicted), without_memory(&found));
+    let out = accel(&["labels", "--predict", "aws-p5en-48xlarge"], None);
+    assert!(stdout(&out).starts_with("--num-gpus=8 --labels='accel.io/accelerator-count=8,"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("predicted from system aws-p5en-48xlarge, sku nvidia-h200-sxm; not predicted: "), "{err}");
+    // Unknown names and a node source beside --predict are usage errors (2), with a hint.
+    let out = accel(&["labels", "--predict", "p5en.48xlarg"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("did you mean \"p5en.48xlarge\"?"));
+    assert_eq!(accel(&["labels", "--predict", "p5en.48xlarge", "--sample", "dgx-h100"], None).status.code(), Some(2));
+}
+
+#[test]
+fn preflight_names_the_nic_link_and_fingerprint_that_differ() {
+    let dir = accel_testdata::TempDir::new("preflight");
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let machine = stdout(&accel(&["discover", "--sample", "dgx-h100", "--json"], None));
+    let env = stdout(&accel(&["env", "--sample", "dgx-h100", "--json"], None));
+    let (expect, fp) = (write("expected.json", &machine), write("env.json", &env));
+    let ok = accel(&["preflight", "--expect", &expect, "--fingerprint", &fp, "--sample", "dgx-h100"], None);
+    assert_eq!(stdout(&ok), "passed: health, devices, links, nics, fingerprint\n");
+    // The job expects faster NICs, more links and another accel build.
+    let mut m: serde_json::Value = serde_json::from_str(&machine).unwrap();
+    m["nics"][0]["speed_mbps"] = 800_000.into();
+    m["links"][0]["count"] = 24.into();
+    let mut f: serde_json::Value = serde_json::from_str(&env).unwrap();
+    f["fields"]["accel.version"]["value"] = "9.9.9".into();
+    let (expect, fp) = (write("expected.json", &m.to_string()), write("env.json", &f.to_string()));
+    let out = accel(&["preflight", "--expect", &expect, "--fingerprint", &fp, "--sample", "dgx-h100"], None);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    for line in [
+        "FAIL links: link GPU0-GPU1 nvswitch has 18 links up, expected 24",
+        "FAIL nics: NIC mlx5_0 runs at 400000 Mb/s, expected 800000 Mb/s",
+        &format!("FAIL fingerprint: accel.version is {}, expected 9.9.9", env!("CARGO_PKG_VERSION")),
+        "failed: health, devices, links, nics, fingerprint",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from {text}");
+    }
+    assert!(one_line_error(&out).contains("pre-flight failed: 3 difference(s)"));
+    // A file that is no machine is invalid input (2), not a failed screen.
+    let bad = write("bad.json", "{\"nodes\": 1}");
+    let out = accel(&["preflight", "--expect", &bad, "--sample", "dgx-h100"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("is not a machine as `accel discover --json` writes it"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

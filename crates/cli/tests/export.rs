@@ -30,7 +30,7 @@ fn version_names_the_commit_and_features() {
 #[test]
 fn export_help_teaches_each_format() {
     let help = stdout(&accel(&["export", "--help"]));
-    for word in ["dra", "nfd", "slurm"] {
+    for word in ["dra", "nfd", "slurm", "kueue", "kai"] {
         assert!(help.contains(word), "{word} missing: {help}");
     }
     assert!(stdout(&accel(&["export", "dra", "--help"])).contains("pcieRoot"));
@@ -78,6 +78,10 @@ fn nfd_output_never_follows_a_planted_temporary_name() {
 fn bad_input_exits_2() {
     bad_input(&accel(&["export", "dra", "--sample", "dgx-h100", "--driver", "Not_A_Domain"]), "DNS subdomain");
     bad_input(
+        &accel(&["export", "dra", "--classes", "--sample", "dgx-h100", "--k8s-version", "2.0"]),
+        "Kubernetes version \"2.0\": expected 1.MINOR",
+    );
+    bad_input(
         &accel(&["export", "slurm", "--cluster", "/nonexistent.json", "--out-dir", "/tmp/x"]),
         "cannot read cluster",
     );
@@ -90,5 +94,64 @@ fn bad_input_exits_2() {
         "parsing cluster",
     );
     assert!(!out_dir.exists(), "nothing written for bad input");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A cluster of four GB200 trays under a two-leaf switch tree, `clique_trays` trays per NVLink
+/// domain, written by `accel cluster`.
+fn tray_cluster(dir: &std::path::Path, clique_trays: &str) -> String {
+    let conf = dir.join("topology.conf");
+    std::fs::write(
+        &conf,
+        "SwitchName=s1 Nodes=gb200-nvl72-tray-[0-1]\nSwitchName=s2 Nodes=gb200-nvl72-tray-[2-3]\nSwitchName=top Switches=s1,s2\n",
+    )
+    .unwrap();
+    let args = ["cluster", "--sample", "gb200-nvl72-tray:4", "--clique-trays", clique_trays, "--topology"];
+    let out = stdout(&accel(&[&args[..], &[conf.to_str().unwrap()]].concat()));
+    let file = dir.join(format!("cluster-{clique_trays}.json"));
+    std::fs::write(&file, out).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn kueue_and_kai_topologies_and_their_node_labels() {
+    let dir = accel_testdata::TempDir::new("kueue");
+    let cluster = tray_cluster(&dir, "2");
+    let labels = dir.join("label-nodes.sh");
+    let yaml = stdout(&accel(&["export", "kueue", "--cluster", &cluster, "--node-labels", labels.to_str().unwrap()]));
+    let levels = "  levels:\n  - nodeLabel: fabric.topograph.run/tier-1\n  - nodeLabel: fabric.topograph.run/tier-0\n  - nodeLabel: accelerator.topograph.run/domain\n  - nodeLabel: kubernetes.io/hostname\n";
+    assert!(yaml.starts_with("---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\n"), "{yaml}");
+    assert!(yaml.ends_with(levels), "{yaml}");
+    let kai = stdout(&accel(&["export", "kai", "--cluster", &cluster, "--json"]));
+    let kai: serde_json::Value = serde_json::from_str(&kai).unwrap();
+    assert_eq!(kai["topology"]["apiVersion"], "kai.scheduler/v1alpha1");
+    let tray3 = &kai["node_labels"]["gb200-nvl72-tray-3"];
+    assert_eq!(tray3["fabric.topograph.run/tier-0"], "s2");
+    assert_eq!(tray3["fabric.topograph.run/tier-1"], "top");
+    // The label commands carry the same values, one line per node, and never the kubelet's own.
+    let commands = std::fs::read_to_string(&labels).unwrap();
+    assert_eq!(commands.lines().count(), 4, "{commands}");
+    let line = commands.lines().find(|l| l.contains("gb200-nvl72-tray-3 ")).unwrap();
+    let domain = tray3["accelerator.topograph.run/domain"].as_str().unwrap();
+    assert!(line.contains(&format!("accelerator.topograph.run/domain={domain} ")), "{line}");
+    assert!(line.ends_with("fabric.topograph.run/tier-0=s2 fabric.topograph.run/tier-1=top"), "{line}");
+    assert!(!commands.contains("kubernetes.io/hostname"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_topology_whose_levels_do_not_nest_is_refused_naming_two_nodes() {
+    let dir = accel_testdata::TempDir::new("kueue-nest");
+    // Three trays per NVLink domain: trays 0-2 share one, but tray 2 hangs under leaf s2.
+    let cluster = tray_cluster(&dir, "3");
+    let labels = dir.join("label-nodes.sh");
+    for format in ["kueue", "kai"] {
+        let out = accel(&["export", format, "--cluster", &cluster, "--node-labels", labels.to_str().unwrap()]);
+        bad_input(&out, "the levels do not nest: nodes gb200-nvl72-tray-0 and gb200-nvl72-tray-2 share accelerator.topograph.run/domain=");
+        assert!(String::from_utf8_lossy(&out.stderr)
+            .contains("fabric.topograph.run/tier-0 is s1 on gb200-nvl72-tray-0 and s2 on gb200-nvl72-tray-2"));
+        assert!(out.stdout.is_empty() && !labels.exists(), "nothing written for a refused cluster");
+    }
+    bad_input(&accel(&["export", "kueue", "--cluster", &cluster, "--name", "Not A Name"]), "not a DNS label");
     std::fs::remove_dir_all(&dir).unwrap();
 }

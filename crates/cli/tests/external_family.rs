@@ -62,6 +62,33 @@ fn ray_and_kubernetes_labels_carry_its_resource_and_labels() {
     assert_eq!(dra.matches("string: hccs").count(), 8, "its scale-up island, by its own kind: {dra}");
 }
 
+#[test]
+fn its_k8s_resource_reaches_its_dra_device_class() {
+    // The plugin declares `k8s_resource` and no DRA driver: its class selects accel's own
+    // slices by vendor, is marked as needing a kubelet plugin, and from Kubernetes 1.37 serves
+    // the plugin's extended resource.
+    let args = ["export", "dra", "--classes", "--k8s-version", "1.37", "--root"];
+    let classes = stdout(accel(&[&args[..], &[capture().as_str()]].concat(), Some(&example())));
+    let docs: Vec<serde_json::Value> =
+        classes.split("---\n").filter(|d| !d.trim().is_empty()).map(|d| serde_norway::from_str(d).unwrap()).collect();
+    let doc = docs.iter().find(|d| d["kind"] == "DeviceClass").unwrap();
+    // Its HCCS island of 8 gets a claim template that keeps a claim inside it.
+    let island = docs.iter().find(|d| d["kind"] == "ResourceClaimTemplate").unwrap();
+    assert_eq!(island["metadata"]["name"], "accel-npu-huawei-x8");
+    assert_eq!(island["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"], "accel-npu-huawei");
+    assert_eq!(doc["kind"], "DeviceClass");
+    assert_eq!(doc["metadata"]["name"], "accel-npu-huawei");
+    assert_eq!(doc["spec"]["extendedResourceName"], "huawei.com/Ascend910");
+    assert_eq!(
+        doc["spec"]["selectors"][0]["cel"]["expression"],
+        r#"device.driver == "accel.io" && device.attributes["accel.io"].vendor == "huawei""#
+    );
+    assert!(doc["metadata"]["annotations"]["accel.io/needs-kubelet-plugin"].is_string());
+    // Before 1.37 the class carries no extended resource.
+    let older = stdout(accel(&["export", "dra", "--classes", "--root", &capture()], Some(&example())));
+    assert!(!older.contains("extendedResourceName") && older.contains("accel-npu-huawei"), "{older}");
+}
+
 /// A cluster file of two Atlas nodes discovered through the plugin.
 fn cluster(dir: &TempDir) -> PathBuf {
     let m: serde_json::Value =

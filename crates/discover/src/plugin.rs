@@ -111,6 +111,7 @@ pub fn vocabulary(
         ray_managed_env: ray_managed_env.iter().map(|v| (*v).to_owned()).collect(),
         ray_accelerator_type: None,
         k8s_resource: k8s_resource.map(str::to_owned),
+        dra_driver: None,
         slurm_gres: None,
         device_files: Vec::new(),
     }

@@ -165,6 +165,7 @@ impl Clean {
         self.list(&mut v.ray_managed_env, MAX_LIST, || at("vocabulary.ray_managed_env"));
         self.opt(&mut v.ray_accelerator_type, MAX_NAME, || at("vocabulary.ray_accelerator_type"));
         self.opt(&mut v.k8s_resource, MAX_NAME, || at("vocabulary.k8s_resource"));
+        self.opt(&mut v.dra_driver, MAX_NAME, || at("vocabulary.dra_driver"));
         self.opt(&mut v.visibility_separator, MAX_NAME, || at("vocabulary.visibility_separator"));
         self.opt(&mut v.slurm_gres, MAX_NAME, || at("vocabulary.slurm_gres"));
         self.list(&mut v.device_files, MAX_LIST, || at("vocabulary.device_files"));

@@ -2,16 +2,20 @@
 //! discovered [`Machine`](accel_model::Machine) or a planner [`Cluster`](accel_plan::Cluster):
 //!
 //! - [`dra`]: Kubernetes Dynamic Resource Allocation `ResourceSlice`s (`resource.k8s.io/v1`);
+//! - [`dra_classes`]: DRA `DeviceClass`es naming each family's vendor driver;
 //! - [`nfd`]: a Node Feature Discovery `features.d` file;
-//! - [`slurm`]: Slurm's `gres.conf`, `topology.conf` (tree) and `topology.yaml` (block, torus3d).
+//! - [`slurm`]: Slurm's `gres.conf`, `topology.conf` (tree) and `topology.yaml` (block, torus3d);
+//! - [`topology`]: Kueue's and KAI Scheduler's `Topology` (levels are node labels) and the labels.
 //!
 //! Nothing here reads the host or the clock: the caller passes the machine, the node name and
 //! the time. Facts come from the model, per-device names from each device's vocabulary (filled
 //! by its discovery plugin): no vendor table lives here.
 
 pub mod dra;
+pub mod dra_classes;
 pub mod nfd;
 pub mod slurm;
+pub mod topology;
 
 /// What an export cannot do with the input it was given.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,8 @@
 //! A Node Feature Discovery `features.d` file (NFD's local source): `key=value` lines under an
 //! expiry directive, at most 64 KiB. The labels are [`accel_discover::labels::k8s_labels`]
 //! (GPU Feature Discovery's `nvidia.com/gpu.*` names where they exist) plus NVIDIA topograph's
+//! labels in both its forms: v1's closest-first `fabric.topograph.run/tier-N` and
+//! `accelerator.topograph.run/domain` (`/sub-domain`), and v0's
 //! `network.topology.nvidia.com/{accelerator,leaf,spine,core}`.
 
 use std::collections::BTreeMap;
@@ -35,14 +37,24 @@ pub fn topograph_value(text: &str) -> String {
     format!("x{hash:016x}")
 }
 
-/// topograph's labels: the NVLink domain as `accelerator`, and the network layers above the
-/// node (EC2 network nodes, deepest first) as `leaf`, `spine` and `core`.
+/// topograph's labels: the scale-up domain that spans nodes (an NVLink clique, a TPU slice) as
+/// v1's `accelerator.topograph.run/domain` and v0's `accelerator` (a second such domain as v1's
+/// `sub-domain`), and the network layers above the node (EC2 network nodes, deepest first) as
+/// v1's `fabric.topograph.run/tier-0`, `tier-1`, ... and v0's `leaf`, `spine` and `core`. Keys:
+/// dsx-ai-factory/topograph `pkg/engines/k8s/labeler.go` and `pkg/topology` (v1), NVIDIA/topograph
+/// `docs/reference/node-labels.md` (v0).
 pub fn topograph_labels(machine: &Machine) -> BTreeMap<String, String> {
+    use accel_plan::fabric::{TOPOGRAPH_DOMAIN, TOPOGRAPH_SUB_DOMAIN, TOPOGRAPH_TIER_PREFIX};
     let mut out = BTreeMap::new();
     // topograph groups nodes into blocks by `accelerator`: a node-local domain (an xGMI hive)
     // would be a block of one node, so only a domain that can span nodes is published.
-    if let Some(clique) = machine.domains.iter().find(|d| d.scale_up && !d.node_local()) {
+    let mut spanning = machine.domains.iter().filter(|d| d.scale_up && !d.node_local());
+    if let Some(clique) = spanning.next() {
         out.insert(format!("{TOPOGRAPH}/accelerator"), topograph_value(&clique.name));
+        out.insert(TOPOGRAPH_DOMAIN.to_owned(), topograph_value(&clique.name));
+        if let Some(sub) = spanning.find(|d| d.kind != clique.kind) {
+            out.insert(TOPOGRAPH_SUB_DOMAIN.to_owned(), topograph_value(&sub.name));
+        }
     }
     // `layer-1:nn-...` (top) ... `layer-3:nn-...` (closest to the instance).
     let mut layers: Vec<(&str, &str)> = machine
@@ -54,6 +66,9 @@ pub fn topograph_labels(machine: &Machine) -> BTreeMap<String, String> {
     layers.sort();
     for (tier, (_, value)) in ["leaf", "spine", "core"].iter().zip(layers.iter().rev()) {
         out.insert(format!("{TOPOGRAPH}/{tier}"), topograph_value(value));
+    }
+    for (i, (_, value)) in layers.iter().rev().enumerate() {
+        out.insert(format!("{TOPOGRAPH_TIER_PREFIX}{i}"), topograph_value(value));
     }
     out
 }

@@ -299,6 +299,7 @@ fn nfd_uses_gfd_and_topograph_names() {
     assert_eq!(labels["nvidia.com/gpu.count"], "4");
     let clique = labels["nvidia.com/gpu.clique"];
     assert_eq!(labels["network.topology.nvidia.com/accelerator"], clique);
+    assert_eq!(labels["accelerator.topograph.run/domain"], clique);
 }
 
 #[test]
@@ -318,6 +319,13 @@ fn nfd_topograph_network_layers() {
     assert_eq!(labels["network.topology.nvidia.com/leaf"], "nn-leaf");
     assert_eq!(labels["network.topology.nvidia.com/spine"], "nn-mid");
     assert_eq!(labels["network.topology.nvidia.com/core"], "nn-top");
+    // topograph v1: closest first.
+    assert_eq!(labels["fabric.topograph.run/tier-0"], "nn-leaf");
+    assert_eq!(labels["fabric.topograph.run/tier-1"], "nn-mid");
+    assert_eq!(labels["fabric.topograph.run/tier-2"], "nn-top");
+    // And the planner reads them back as its tiers, closest first.
+    let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+    assert_eq!(accel_plan::fabric::default_tiers(keys.clone())[0], "fabric.topograph.run/tier-0");
 }
 
 #[test]

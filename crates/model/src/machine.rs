@@ -374,6 +374,11 @@ pub struct Vocabulary {
     /// The Kubernetes extended resource of the vendor's device plugin (`nvidia.com/gpu`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub k8s_resource: Option<String>,
+    /// The vendor's own Kubernetes DRA driver, which publishes these devices' ResourceSlices
+    /// itself (`gpu.nvidia.com`). Absent: no DRA driver is known for the family, and accel's
+    /// own slices (driver `accel.io`) describe them.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub dra_driver: Option<String>,
     /// Slurm's gres name for the device (`gres.conf` `Name=`): `gpu` for GPUs; the device kind
     /// when absent.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -413,6 +418,7 @@ impl Vocabulary {
         list(&mut self.ray_managed_env, &defaults.ray_managed_env);
         opt(&mut self.ray_accelerator_type, &defaults.ray_accelerator_type);
         opt(&mut self.k8s_resource, &defaults.k8s_resource);
+        opt(&mut self.dra_driver, &defaults.dra_driver);
         opt(&mut self.slurm_gres, &defaults.slurm_gres);
     }
 

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{LinkKind, PciId, System};
+use crate::{LinkKind, PciClass, PciId, System};
 
 /// The registry files compiled into the binary (every `skus/*.toml`, found by build.rs):
 /// origin, the PCI vendor ids their entries use (the file's `pci_vendors`, checked by a test),
@@ -54,6 +54,11 @@ pub struct PciMatch {
     pub subsystem_vendor: Option<u16>,
     #[serde(default, with = "opt_id_number", skip_serializing_if = "Option::is_none")]
     pub subsystem_device: Option<u16>,
+    /// The PCI class code the device presents (`"0x030200"`, a 3D controller), as a real
+    /// capture of it shows. Not used to match; it lets `accel labels --predict` give NFD's PCI
+    /// label for a node not yet seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<PciClass>,
 }
 
 /// A SKU's scale-up interconnect.

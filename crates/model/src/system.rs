@@ -21,7 +21,9 @@ pub struct System {
     /// DMI `board_name` values that identify it (an HGX baseboard).
     #[serde(default)]
     pub board_names: Vec<String>,
-    /// The registry ids of the accelerators it holds (one of them).
+    /// The registry ids of the accelerators it holds (one of them): the first is what the
+    /// system ships (what `accel labels --predict` assumes), later ones are variants discovery
+    /// also accepts as this system's.
     pub skus: Vec<String>,
     /// How many it holds.
     pub devices: u32,

@@ -8,8 +8,11 @@
 //!
 //! # Sources
 //!
-//! - Node labels ([`Fabric::from_labels`]): NVIDIA topograph writes
-//!   `network.topology.nvidia.com/leaf`, `.../spine` and `.../core` on Kubernetes nodes.
+//! - Node labels ([`Fabric::from_labels`]): NVIDIA topograph v1 writes closest-first
+//!   `fabric.topograph.run/tier-0`, `tier-1`, ... ([`TOPOGRAPH_TIER_PREFIX`]) and the accelerator
+//!   domain `accelerator.topograph.run/domain` (`/sub-domain`); its v0 wrote
+//!   `network.topology.nvidia.com/leaf`, `.../spine`, `.../core` and `.../accelerator`. Both are
+//!   read ([`default_tiers`], [`topograph_domains`]).
 //! - Slurm's `topology.conf` ([`Fabric::from_slurm_conf`]), `topology/tree` or `topology/block`
 //!   (topology.conf(5)). A tree switch's tier is its height: a switch with `Nodes=` (or with no
 //!   children) is tier 1, the leaf; a switch with `Switches=` is one above its tallest child. Tiers
@@ -53,6 +56,35 @@ use crate::{Cluster, PlanError};
 pub const TOPOGRAPH_TIERS: [&str; 3] =
     ["network.topology.nvidia.com/leaf", "network.topology.nvidia.com/spine", "network.topology.nvidia.com/core"];
 
+/// Topograph v1's fabric tier label prefix: `tier-0` is the switch closest to the node, numbers
+/// grow outward (dsx-ai-factory/topograph `pkg/topology` `KeyFabricTierPrefix`, and
+/// `pkg/engines/k8s/labeler.go` `FabricKey(tier)`).
+pub const TOPOGRAPH_TIER_PREFIX: &str = "fabric.topograph.run/tier-";
+
+/// Topograph v1's accelerator domain and sub-domain label keys (`KeyTopologyXclrDomain`,
+/// `KeyTopologyXclrSubDomain`), and v0's accelerator key.
+pub const TOPOGRAPH_DOMAIN: &str = "accelerator.topograph.run/domain";
+pub const TOPOGRAPH_SUB_DOMAIN: &str = "accelerator.topograph.run/sub-domain";
+pub const TOPOGRAPH_V0_DOMAIN: &str = "network.topology.nvidia.com/accelerator";
+
+/// The tier number of a topograph v1 tier key (`fabric.topograph.run/tier-2` gives 2).
+pub fn topograph_tier(key: &str) -> Option<u32> {
+    key.strip_prefix(TOPOGRAPH_TIER_PREFIX).and_then(|n| n.parse().ok()).filter(|_| !key.ends_with('+'))
+}
+
+/// A node's scale-up domain from topograph's labels, as the planner reads domains: when the
+/// node's labels carry `accelerator.topograph.run/domain` (or v0's `.../accelerator`) and not
+/// yet a label of the machine's own scale-up domain kind that spans nodes (`nvlink_clique`), that
+/// kind takes the value, so `same: "nvlink_clique"` and bin-packing see topograph's domains.
+pub fn topograph_domains(labels: &mut BTreeMap<String, String>, machine: &accel_model::Machine) {
+    let Some(value) = labels.get(TOPOGRAPH_DOMAIN).or_else(|| labels.get(TOPOGRAPH_V0_DOMAIN)).cloned() else {
+        return;
+    };
+    if let Some(kind) = machine.domains.iter().find(|d| d.scale_up && !d.node_local()).map(|d| d.kind.as_str()) {
+        labels.insert(kind.to_owned(), value);
+    }
+}
+
 /// The tier key of Slurm's `topology/block` blocks.
 pub const BLOCK_TIER: &str = "block";
 
@@ -66,11 +98,17 @@ pub const MAX_NAME_LEN: usize = 255;
 /// Tallest switch tree `topology.conf` may describe (Slurm itself gives up past 20 levels).
 pub const MAX_TREE_TIERS: usize = 16;
 
-/// The tiers a cluster's nodes carry, lowest first, when its `tiers` is empty: topograph's
-/// leaf/spine/core keys that some node carries, then `block`.
+/// The tiers a cluster's nodes carry, lowest first, when its `tiers` is empty: topograph v1's
+/// `fabric.topograph.run/tier-N` keys that some node carries (by N), else (nodes labelled by an
+/// older topograph) v0's leaf/spine/core; then `block`. Where both are present (accel's NFD
+/// export writes both) they name the same switches, and v1's are taken.
 pub fn default_tiers<'a>(label_keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let keys: BTreeSet<&str> = label_keys.into_iter().collect();
-    TOPOGRAPH_TIERS.iter().chain([BLOCK_TIER].iter()).filter(|k| keys.contains(*k)).map(|k| (*k).to_owned()).collect()
+    let mut v1: Vec<(u32, &str)> = keys.iter().filter_map(|k| Some((topograph_tier(k)?, *k))).collect();
+    v1.sort();
+    let v0 = TOPOGRAPH_TIERS.iter().filter(|k| keys.contains(*k)).copied();
+    let tree: Vec<&str> = if v1.is_empty() { v0.collect() } else { v1.into_iter().map(|(_, k)| k).collect() };
+    tree.into_iter().chain([BLOCK_TIER].into_iter().filter(|k| keys.contains(k))).map(str::to_owned).collect()
 }
 
 /// How many tiers up two nodes meet: the number (1-based) of the lowest tier for which both
@@ -600,4 +638,32 @@ fn cycle(switches: &[Switch], children: &[Vec<usize>], waiting: &[usize]) -> Str
     let start = path.iter().position(|&p| p == s).unwrap_or(0);
     let names: Vec<&str> = path[start..].iter().chain([&s]).map(|&i| switches[i].name.as_str()).collect();
     format!("topology.conf line {}: switches form a cycle: {}", switches[s].line, names.join(" -> "))
+}
+
+#[cfg(test)]
+mod topograph_tests {
+    use super::*;
+
+    #[test]
+    fn v1_tiers_come_first_closest_first_and_the_domain_names_the_machines_clique() {
+        let keys =
+            ["fabric.topograph.run/tier-1", "block", "fabric.topograph.run/tier-0", "fabric.topograph.run/tier-x"];
+        assert_eq!(default_tiers(keys), ["fabric.topograph.run/tier-0", "fabric.topograph.run/tier-1", "block"]);
+        let mut tray = accel_model::Machine::new(accel_model::HostInfo::default());
+        tray.domains.push(accel_model::Domain {
+            kind: accel_model::DomainKind::new("fabric_clique"),
+            name: "c".into(),
+            source: "test".into(),
+            accelerators: Vec::new(),
+            scale_up: true,
+            nodes: None,
+        });
+        let mut labels = BTreeMap::from([(TOPOGRAPH_DOMAIN.to_owned(), "cluster-uuid.3".to_owned())]);
+        topograph_domains(&mut labels, &tray);
+        assert_eq!(labels["fabric_clique"], "cluster-uuid.3");
+        // A machine without a domain that spans nodes takes no alias; the label stays usable.
+        let mut alone = BTreeMap::from([(TOPOGRAPH_V0_DOMAIN.to_owned(), "x".to_owned())]);
+        topograph_domains(&mut alone, &accel_model::Machine::new(accel_model::HostInfo::default()));
+        assert_eq!(alone.len(), 1);
+    }
 }

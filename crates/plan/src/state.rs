@@ -129,6 +129,7 @@ impl State {
             let mut labels = domains;
             crate::cluster::scope_node_local(&mut labels, machine, &node.name);
             labels.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            crate::fabric::topograph_domains(&mut labels, machine);
             st.push_node(node.name.clone(), labels, topo)?;
             if !node.allocated.is_empty() {
                 let i = st.node_index(&node.name)?;
@@ -178,6 +179,7 @@ impl State {
         let mut all = machine_domains(machine);
         crate::cluster::scope_node_local(&mut all, machine, name);
         all.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        crate::fabric::topograph_domains(&mut all, machine);
         self.push_node(name.to_owned(), all, topo)
     }
 

@@ -37,6 +37,19 @@ fn discover_json(
 #[pyfunction]
 #[pyo3(signature = (root = None, sample = None))]
 fn env_json(py: Python<'_>, root: Option<PathBuf>, sample: Option<String>) -> PyResult<String> {
+    let fp = on_host(py, root, sample, accel_discover::fingerprint::collect)?;
+    serde_json::to_string(&fp).map_err(to_py(discovery_error))
+}
+
+/// Runs `f` on the host of this machine (`root` None), a captured root or an embedded sample,
+/// opened as the CLI opens it (`$ACCEL_SKU_DIR`, external plugins from the environment), with
+/// every plugin, outside the GIL.
+fn on_host<T: Send>(
+    py: Python<'_>,
+    root: Option<PathBuf>,
+    sample: Option<String>,
+    f: impl FnOnce(&Host, &[Box<dyn accel_discover::Vendor>]) -> T + Send,
+) -> PyResult<T> {
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     let registry = load_registry(accel_discover::sku_dir(&env).as_deref(), &[]).map_err(to_py(discovery_error))?;
     let exec = accel_discover::exec::ExecOptions::from_env(&env);
@@ -45,14 +58,13 @@ fn env_json(py: Python<'_>, root: Option<PathBuf>, sample: Option<String>) -> Py
         None => Source::from_root(&root.unwrap_or_else(|| PathBuf::from("/"))),
     };
     let options = OpenOptions { registry, env, ..OpenOptions::default() };
-    let fp = py.detach(|| {
+    let out = py.detach(|| {
         Host::open(&source, options).map(|host| {
             let (plugins, _) = accel_discover::plugins_with_external(&exec);
-            accel_discover::fingerprint::collect(&host, &plugins)
+            f(&host, &plugins)
         })
     });
-    let fp = fp.map_err(to_py(discovery_error))?;
-    serde_json::to_string(&fp).map_err(to_py(discovery_error))
+    out.map_err(to_py(discovery_error))
 }
 
 /// `accel env diff A B` in process: `(same, text)` for two fingerprint documents (JSON text).
@@ -74,7 +86,45 @@ fn is_secret_name(name: &str) -> bool {
     accel_discover::exec::is_secret_name(name)
 }
 
+/// One node probe (REP #71's `ProbeResult`, `accel_discover::probe`) of this machine, an
+/// embedded sample or a captured root, as JSON: the families' own readers, fail closed.
+#[pyfunction]
+#[pyo3(signature = (root = None, sample = None))]
+fn probe_json(py: Python<'_>, root: Option<PathBuf>, sample: Option<String>) -> PyResult<String> {
+    let result = on_host(py, root, sample, accel_discover::probe::probe)?;
+    serde_json::to_string(&result).map_err(to_py(discovery_error))
+}
+
+/// One step of the monitor: `(tracker, result)` after `result` (a `probe_json` document) is
+/// observed by `tracker` (its JSON, or None for a new one recovering after `recover_after`
+/// passing probes), and `machine` (a published machine's JSON, or None) with the events
+/// applied. Returns JSON `{"tracker", "result", "machine", "changed"}`.
+#[pyfunction]
+#[pyo3(signature = (tracker, result, recover_after = 3, machine = None))]
+fn monitor_step(tracker: Option<&str>, result: &str, recover_after: u32, machine: Option<&str>) -> PyResult<String> {
+    use accel_discover::probe::{apply, ProbeResult, Tracker};
+    let bad = |what: &str, e: serde_json::Error| discovery_error(format!("{what}: {e}"));
+    let mut t: Tracker = match tracker {
+        Some(text) => serde_json::from_str(text).map_err(|e| bad("tracker", e))?,
+        None => Tracker::new(recover_after),
+    };
+    let mut r: ProbeResult = serde_json::from_str(result).map_err(|e| bad("probe result", e))?;
+    t.observe(&mut r);
+    let (machine, changed) = match machine {
+        Some(text) => {
+            let mut m: accel_model::Machine = serde_json::from_str(text).map_err(|e| bad("machine", e))?;
+            let changed = apply(&mut m, &r);
+            (Some(m), changed)
+        }
+        None => (None, Vec::new()),
+    };
+    let out = serde_json::json!({"tracker": t, "result": r, "machine": machine, "changed": changed});
+    Ok(out.to_string())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(probe_json, m)?)?;
+    m.add_function(wrap_pyfunction!(monitor_step, m)?)?;
     m.add_function(wrap_pyfunction!(discover_json, m)?)?;
     m.add_function(wrap_pyfunction!(is_secret_name, m)?)?;
     m.add_function(wrap_pyfunction!(env_json, m)?)?;

@@ -18,6 +18,7 @@ from ._placement import (
     visibility_env,
 )
 from ._gang import gang, gang_groups
+from ._monitor import DeviceUnhealthy, check, health, publish_source, start_monitors
 from ._recipes import engine_groups, sglang_env, vllm_env
 from ._start import ray_start_command
 from ._transport import register_transport
@@ -47,3 +48,4 @@ __all__ += [
     "plan_weight_sync",
     "sync_weights",
 ]
+__all__ += ["DeviceUnhealthy", "check", "health", "publish_source", "start_monitors"]

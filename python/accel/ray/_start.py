@@ -35,6 +35,7 @@ from .._plan import sample, samples
 from .._python import module_argv
 from ._agent import agent_context, default_ray_temp_dir, install_grafana_dashboard
 from ._placement import allow_unknown_health, label_value, node_spec, publish_machine
+from ._monitor import publish_source
 
 PROG = "python -m accel.ray"
 # How long `start` waits for the agent to serve (it discovers the node first), and for the
@@ -448,6 +449,8 @@ def start(argv: list[str]) -> int:
     try:
         session, temp_dir, gcs = _connect(address)
         publish_machine(name, machine)
+        # Where this node's health monitor probes (accel.ray.start_monitors): the same machine.
+        publish_source(name, {"sample": args.sample} if args.sample else {"root": os.path.abspath(args.root)} if args.root else {})
         if args.lab:
             _publish_lab(args, name)
     except (ConnectionError, RuntimeError, TimeoutError) as e:

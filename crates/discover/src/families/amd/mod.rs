@@ -154,14 +154,17 @@ impl Vendor for Amd {
     }
 
     fn vocabulary(&self) -> accel_model::Vocabulary {
-        crate::plugin::vocabulary(
+        let mut v = crate::plugin::vocabulary(
             "gpu",
             "GPU",
             Some("HIP_VISIBLE_DEVICES"),
             Some("GPU"),
             &["HIP_VISIBLE_DEVICES"],
             Some("amd.com/gpu"),
-        )
+        );
+        // The vendor's own DRA kubelet plugin publishes these GPUs as ResourceSlices.
+        v.dra_driver = Some("gpu.amd.com".into());
+        v
     }
 
     /// The names ROCm's node labeller (k8s-device-plugin) publishes.

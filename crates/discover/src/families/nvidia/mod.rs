@@ -136,14 +136,17 @@ impl Vendor for Nvidia {
     }
 
     fn vocabulary(&self) -> accel_model::Vocabulary {
-        crate::plugin::vocabulary(
+        let mut v = crate::plugin::vocabulary(
             "gpu",
             "GPU",
             Some("CUDA_VISIBLE_DEVICES"),
             Some("GPU"),
             &["CUDA_VISIBLE_DEVICES"],
             Some("nvidia.com/gpu"),
-        )
+        );
+        // The vendor's own DRA kubelet plugin publishes these GPUs as ResourceSlices.
+        v.dra_driver = Some("gpu.nvidia.com".into());
+        v
     }
 
     /// GPU Feature Discovery's `nvidia.com/gpu.*` labels (values from accel's own data).
