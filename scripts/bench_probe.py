@@ -45,7 +45,7 @@ def measure(sample: str, rounds: int) -> dict:
         t = time.perf_counter()
         out = json.loads(_native.monitor_step(tracker, result, 3, None))
         step.append(time.perf_counter() - t)
-        tracker = out["tracker"] if isinstance(out["tracker"], str) else json.dumps(out["tracker"])
+        tracker = json.dumps(out["tracker"])  # as the monitor keeps it between steps
         t = time.perf_counter()
         _native.sample_machine_json(sample)
         discover.append(time.perf_counter() - t)
