@@ -186,6 +186,14 @@ def floor_of(moves: dict[str, dict[str, int]], rate: float) -> tuple[float, str]
     return top / rate, f"{text(top)} on {' and '.join(which)}"
 
 
+def cpu_busy() -> float:
+    """Seconds of CPU the whole machine has spent busy since boot (every core; /proc/stat: all
+    but idle and iowait). Every node of the cluster is a namespace on this machine, so the
+    difference over a window is the cluster's CPU work in it, and any other load's."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def text(n: float) -> str:
     return f"{n / GiB:.3g} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
 
@@ -225,13 +233,24 @@ def define_actors():
             for n, a in self.arrays.items():
                 fill(a, int(n[1:]), self.boxes[n], step)
             self.filled = time.perf_counter()
+            self.filled_cpu = cpu_busy()
 
         def filled_at(self) -> float:
             return self.filled
 
+        def filled_cpu_at(self) -> tuple[float, float]:
+            """When the fresh weights were written, and the machine's busy CPU seconds then."""
+            return self.filled, self.filled_cpu
+
         def accel_step(self, step: int):
             self._fill(step)
-            return self.publish_weights(step, self.arrays)
+            shipment = self.publish_weights(step, self.arrays)
+            self.packed = time.perf_counter() - self.filled
+            return shipment
+
+        def packed_s(self) -> float:
+            """How long the last `publish_weights` took: packing (and converting) every buffer."""
+            return self.packed
 
         def ray_step(self, step: int):
             self._fill(step)

@@ -21,8 +21,10 @@ two), with the same model and layouts, fresh weights every round and every byte 
 - the fabric model (`Plan.predict`) for each run, with the links' goodput measured in the same
   cluster before Ray starts (one TCP stream over a shaped link, 512 MiB), FP8's conversion at the
   source described by one CPU thread's rates measured in the same run (`cargo run --release -p
-  accel-reshard --example fp8_speed`) and the cores the trainer nodes share (this machine's, over
-  its 4 trainer nodes), and admission's limits: within 15% of the measured warm sync is the goal;
+  accel-reshard --example fp8_speed`), admission's limits, and the CPU every byte over a NIC
+  costs on this machine's cores (every node is a namespace of it): calibrated by syncs of the
+  first 1 and 8 tensors in the same cluster (`CALIBRATION`), their busy CPU (/proc/stat) less
+  the machine's load without a sync. Within 15% of the measured warm sync is the goal;
 - the planner at frontier scale: `cargo run --release -p accel-reshard --example plan_scale` (the
   Kimi-K2-shaped pair of `crates/reshard/tests/kimi.rs`, and the model's prediction for it on an
   H100 fleet), and the plan cache from Python (in process and from bytes) on the 1000-tensor layout.
@@ -61,12 +63,24 @@ def layouts(size: int, count: int, system: str):
     return src, dst
 
 
-def subset(layout, name: str):
-    """The layout of one of its tensors."""
+def subset(layout, names: list[str]):
+    """The layout of some of its tensors."""
     from accel import weights as W
 
-    ranks = [{name: r[name]} if name in r else {} for r in layout.ranks]
-    return W.Layout({name: layout.tensors[name]}, ranks, layout.hosts, {n: v for n, v in layout.scales.items() if n == name})
+    ranks = [{n: r[n] for n in names if n in r} for r in layout.ranks]
+    return W.Layout({n: layout.tensors[n] for n in names}, ranks, layout.hosts, {n: v for n, v in layout.scales.items() if n in names})
+
+
+CALIBRATION = {"small": 1, "mid": 8}  # the fabric model's calibration syncs: how many of the tensors
+
+
+def part(size: int, count: int, system: str, key: str):
+    """The plan of a calibration sync (the first tensors of the model)."""
+    from accel import weights as W
+
+    src, dst = layouts(size, count, system)
+    names = list(src.tensors)[: CALIBRATION[key]]
+    return W.plan(subset(src, names), subset(dst, names))
 
 
 def goodput() -> float:
@@ -117,18 +131,14 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
         )
 
     admission = accel.ray.Admission(receivers=1) if system == "admit" else None
-    # The fixed cost of a step, for the fabric model: the same sync of one tensor of the 32
-    # (the same actors, calls and checks; 1/32 of the bytes), minus the model's link time for it.
-    first = next(iter(src.tensors))
-    small = W.plan(subset(src, first), subset(dst, first))
-    setup(small)
-    p = small
+    p = None
     res: dict = {"rows": []}
 
     def step(n: int, ranks: list, **kw) -> dict:
         t0 = time.perf_counter()
         rep = accel.ray.sync_weights(p, [a.accel_step.remote(n) for a in trainers], ranks, started=t0, admission=admission, **kw)
-        fresh = max(ray.get([a.filled_at.remote() for a in trainers]))
+        cpu_end = bws.cpu_busy()
+        fresh, cpu_fresh = max(ray.get([a.filled_cpu_at.remote() for a in trainers]))
         live = [w for d, w in enumerate(ranks) if d not in rep.failed]
         reader = "fp8_read" if system == "fp8" else "accel_read"
         reads = ray.get([getattr(w, reader).remote(n) for w in live], timeout=600)
@@ -137,13 +147,23 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
             "sync": t0 + rep.total - fresh, "landing": t0 + rep.landing - fresh, "pause": rep.pause, "total": rep.total,
             "nbytes": rep.nbytes, "serving_p99": max(w[2] for w in waits), "serving_max": max(w[0] for w in waits),
             "admission_wait": max(rep.admission_wait.values(), default=0.0), "failed": rep.failed, "done": max(r[0] for r in reads) - t0,
+            "cpu_s": cpu_end - cpu_fresh, "pack_s": max(ray.get([a.packed_s.remote() for a in trainers])),
         }
         print(f"  {bws.text(size)} {system} step {n}: sync {row['sync'] * 1e3:.0f} ms, pause {row['pause'] * 1e3:.1f} ms, "
-              f"serving p99 {row['serving_p99'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+              f"serving p99 {row['serving_p99'] * 1e3:.1f} ms, CPU {row['cpu_s']:.2f} s busy ({row['cpu_s'] / row['sync'] / (os.cpu_count() or 1) * 100:.0f}% of the machine), packing {row['pack_s'] * 1e3:.0f} ms", file=sys.stderr, flush=True)
         return row
 
-    calibration = [step(100 + i, workers)["sync"] for i in range(3)]
-    res["small"] = {"sync": statistics.median(calibration), "links": small.links, "bytes": small.bytes}
+    # The fabric model's calibration: syncs of the first tensors of the 32 (the same actors,
+    # calls and checks), one cold round and `CALIBRATION_WARM` warm ones each (medians), after the load the
+    # machine carries without a sync (the whole machine's busy CPU, /proc/stat).
+    c0, t0 = bws.cpu_busy(), time.perf_counter()
+    time.sleep(QUIET_S)
+    res["quiet_cores"] = (bws.cpu_busy() - c0) / (time.perf_counter() - t0)
+    for key in CALIBRATION:
+        p = part(size, count, system, key)
+        setup(p)
+        rows = [step(1000 * CALIBRATION[key] + i, workers) for i in range(CALIBRATION_WARM + 1)][1:]
+        res[key] = {"sync": statistics.median(r["sync"] for r in rows), "cpu_s": statistics.median(r["cpu_s"] for r in rows)}
     p = W.plan(src, dst)
     setup(p)
     res["plan"] = {"bytes": p.bytes, "links": p.links, "seconds": p.seconds}
@@ -171,6 +191,8 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
 
 
 TRAINER_NODES = 4  # bench_weight_sync's cluster: one source rank on each
+QUIET_S = 2.0  # seconds of the machine's load without a sync, before the calibration
+CALIBRATION_WARM = 5
 
 
 def convert_rates() -> dict:
@@ -182,27 +204,35 @@ def convert_rates() -> dict:
     return got
 
 
-def prediction(size: int, count: int, system: str, rate: str, measured_goodput: float, small_sync: float, rates: dict) -> dict:
-    """The model's time for the full sync: the links at the measured goodput (wave after wave
-    under admission), FP8's conversion on the trainers' share of this machine's cores (before
-    sending, as `Sender.publish` packs), plus the fixed cost the one-tensor sync shows beyond the
-    model's time for it."""
+def prediction(size: int, count: int, system: str, rate: str, got: dict, rates: dict) -> dict:
+    """The model's time for the full sync, from what the same cluster measured (`got`): the
+    links at the measured goodput (wave after wave under admission); FP8's conversion on the
+    trainers' share of this machine's free cores (before sending, as `Sender.publish` packs);
+    the CPU every byte moved costs, from the calibration syncs: the eight-tensor sync's busy CPU
+    less the one-tensor sync's and less the quiet load over the difference in time, over the
+    difference in bytes over NICs, on the cores the quiet load leaves; plus the fixed cost the
+    one-tensor sync shows beyond the model's time for it."""
     from accel import weights as W
 
     src, dst = layouts(size, count, system)
     nominal = bb.rate_bytes(rate)
-    fleet: dict = {"nics": 1, "nic_gbit": nominal * 8 / 1e9, "efficiency": measured_goodput / nominal, "chunk_bytes": 4 << 20}
+    fleet: dict = {"nics": 1, "nic_gbit": nominal * 8 / 1e9, "efficiency": got["calibration"] / nominal, "chunk_bytes": 4 << 20}
+    # Every node of the cluster is a namespace on this machine: they share its cores, less what
+    # the machine is busy with without a sync.
+    free = (os.cpu_count() or 1) - got["quiet_cores"]
     if system == "fp8":
-        # Every node of the cluster is a namespace on this machine: the trainer nodes share its cores.
-        fleet["convert"] = {**rates, "threads": (os.cpu_count() or 1) / TRAINER_NODES, "overlaps": False}
+        fleet["convert"] = {**rates, "threads": free / TRAINER_NODES, "overlaps": False}
     if system == "admit":
         fleet["admission"] = {"receivers": 1}
-    first = next(iter(src.tensors))
-    links_only = W.plan(subset(src, first), subset(dst, first)).predict(fleet)["seconds"]
-    fleet["setup_s"] = max(0.0, small_sync - links_only)
+    small, mid = (part(size, count, system, k).predict(fleet) for k in ("small", "mid"))
+    s, m = got["small"], got["mid"]
+    work = m["cpu_s"] - s["cpu_s"] - got["quiet_cores"] * (m["sync"] - s["sync"])
+    per_byte = max(work, 1e-9) / (mid["nic_bytes"] - small["nic_bytes"])
+    fleet["cpu"] = {"transfer_gbyte": 1 / per_byte / 1e9, "cores": free, "shared": [sorted(set(src.hosts) | set(dst.hosts))]}
+    fleet["setup_s"] = max(0.0, s["sync"] - small["seconds"])
     out = W.plan(src, dst).predict(fleet)
     out["setup_s"], out["efficiency"] = fleet["setup_s"], fleet["efficiency"]
-    out["convert"] = fleet.get("convert")
+    out["convert"], out["cpu"] = fleet.get("convert"), fleet["cpu"]
     return out
 
 
@@ -234,6 +264,13 @@ def plan_scale(rates: dict) -> dict:
     return got
 
 
+def cpu_text(res: dict, sizes: list) -> str:
+    """The calibrated CPU of each run: quiet cores and GB/s of NIC bytes a core carries."""
+    got = [f"{bws.text(size)} {s} {r['prediction']['cpu']['transfer_gbyte']:.3f} GB/s a core, {r['quiet_cores']:.2f} cores quiet"
+           for size in sizes for s, r in res[str(size)].items() if "cpu" in r.get("prediction", {})]
+    return f" CPU per run: {'; '.join(got)}." if got else ""
+
+
 def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: int, load: tuple, seconds: float, command: str, when: str,
            rates: dict | None = None, others: str = "") -> str:
     ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
@@ -247,19 +284,29 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         f"{count} bf16 tensors of {bws.ROWS} rows; 4 trainer nodes to 4 inference nodes of 2 ranks; both directions of every "
         f"link shaped to {rate}; {iters} warm rounds (medians) after a cold one (the first round with the full plan: its buffers made and first touched). Sync: from the fresh weights written to every "
         "rank switched. Floor: the busiest link's bytes at the shaped rate (FP8's own: its bytes are half). Model: "
-        "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster (efficiency), plus a "
-        "fixed cost per step measured in the same cluster: the sync of one of the 32 tensors, less the model's link time for it "
-        "(the setup column); FP8's conversion on the trainer nodes before sending, at one thread's rates measured by `fp8_speed` "
-        "in the same run, the 4 trainer nodes sharing this machine's cores (the conversion column); under admission, the "
-        "ranks admitted in waves, each wave's links replayed alone (the waves column)."
-        + (f" Rates: scales {rates['scales_gbyte']:.2f} GB/s, quantise {rates['quantize_gbyte']:.2f} GB/s per thread, "
-           f"{(os.cpu_count() or 1) / TRAINER_NODES:g} thread per trainer node." if rates else "")
+        "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster (efficiency); "
+        "calibrated in the same cluster by syncs of the first 1 and 8 of the 32 tensors (one cold and five warm rounds "
+        "each, medians) after 2 s of the machine's load without a sync (the quiet cores): a fixed cost per step, the "
+        "one-tensor sync less the model's time for it (the setup column), and the CPU every byte over a NIC costs, the "
+        "eight-tensor sync's busy CPU less the one-tensor sync's and less the quiet load over the difference in time, over "
+        "the difference in NIC bytes (FP8's includes its conversion), on the cores the quiet load leaves, all nodes one "
+        "machine (the CPU column: that work at those cores); FP8's conversion on the trainer nodes before sending, at one "
+        "thread's rates measured by `fp8_speed` in the same run, the 4 trainer nodes sharing the free cores (the "
+        "conversion column); under admission, the ranks admitted in waves, each wave's links replayed alone (the waves "
+        "column). The prediction is the longer of the conversion then the links, and the CPU, plus the setup. Busy CPU is "
+        "the whole machine's (/proc/stat) from the fresh weights written to the sync's end, so it holds other sessions' "
+        "load too."
+        + (f" Rates: scales {rates['scales_gbyte']:.2f} GB/s, quantise {rates['quantize_gbyte']:.2f} GB/s per thread." if rates else "")
+        + cpu_text(res, sizes)
         + (f" (*): from an earlier run ({others}); its model had no conversion or admission term, which its system "
            "does not need." if others else ""),
         "",
-        "| size | system | floor | model (efficiency, setup, conversion, waves) | cold sync | warm sync | sync / floor | model / sync | pause (% of total) | serving p99 | worst admission wait |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| size | system | floor | model (efficiency, setup, conversion, CPU, waves) | cold sync | warm sync | sync / floor | model / sync | machine's CPU busy in the sync | sources packing | pause (% of total) | serving p99 | worst admission wait |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    ncpu = os.cpu_count() or 1
+    busy = lambda rows: f"{med(rows, 'cpu_s') / med(rows, 'sync') / ncpu * 100:.0f}%" if "cpu_s" in rows[0] else "-"  # noqa: E731
+    packing = lambda rows: ms(med(rows, "pack_s")) if "pack_s" in rows[0] else "-"  # noqa: E731
     verdicts, model = [], {sys_: [] for sys_ in SYSTEMS}
     for size in sizes:
         r = res[str(size)]
@@ -272,7 +319,8 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
             ratio = pred["seconds"] / sync
             model[s].append(f"{ratio:.2f}x")
             lines.append(
-                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}, {ms(pred.get('convert_s', 0.0))}, {pred.get('waves', 1)}){' (*)' if 'from' in r[s] else ''} | {ms(rows[0]['sync'])} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
+                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}, {ms(pred.get('convert_s', 0.0))}, {ms(pred.get('cpu_s', 0.0))}, {pred.get('waves', 1)}){' (*)' if 'from' in r[s] else ''} | {ms(rows[0]['sync'])} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
+                f"{busy(rows)} | {packing(rows)} | "
                 f"{pause * 100:.2f}% | {med(rows, 'serving_p99') * 1e3:.1f} ms | {max(x['admission_wait'] for x in rows) * 1e3:.0f} ms |"
             )
             r[s]["floor"], r[s]["sync"], r[s]["pause_frac"] = floor, sync, max(x["pause"] / x["total"] for x in rows)
@@ -375,7 +423,7 @@ def main() -> None:
         res[str(size)] = {}
         for system in args.systems.split(","):
             got = bws.cluster(size, system, args.tensors, args.rate, args.iters, script=__file__, calibrate=goodput)
-            got["prediction"] = prediction(size, args.tensors, system, args.rate, got["calibration"], got["small"]["sync"], rates)
+            got["prediction"] = prediction(size, args.tensors, system, args.rate, got, rates)
             res[str(size)][system] = got
     others = ""
     if args.others:

@@ -636,10 +636,13 @@ class Plan:
         ``leaves`` with their ``oversubscription``, the ``efficiency`` a transfer reaches, relays'
         ``chunk_bytes`` and a fixed ``setup_s``; ``convert``, required when the plan quantises:
         ``scales_gbyte`` and ``quantize_gbyte``, one thread's GB/s of source-dtype input, the
-        ``threads`` a host converts on at once and whether sending ``overlaps`` it; and the
-        sync's ``admission`` limits, ``receivers`` and ``bytes`` per source link). Returns
-        ``floor_s`` (the busiest resource at line rate), ``seconds`` (the prediction), its
-        ``links_s`` (every admission wave's) and ``convert_s`` parts, ``waves``, the bytes read to
+        ``threads`` a host converts on at once and whether sending ``overlaps`` it; the
+        sync's ``admission`` limits, ``receivers`` and ``bytes`` per source link; and ``cpu``,
+        the hosts' work per byte moved: ``transfer_gbyte`` of NIC bytes one core carries, both
+        ends together, the ``cores`` free for it per host, and the hosts ``shared`` by one
+        machine). Returns ``floor_s`` (the busiest resource at line rate), ``seconds`` (the
+        prediction), its ``links_s`` (every admission wave's), ``cpu_s`` (the busiest CPU pool,
+        ``cpu_pool``) and ``convert_s`` parts, ``waves``, the bytes read to
         convert, ``bottleneck`` and its bytes, the bytes over NICs and scale-up links, and the
         longest relay chain (``hops``). A `LayoutError` names what the fleet lacks or gets wrong."""
         try:

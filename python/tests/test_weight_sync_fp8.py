@@ -213,3 +213,13 @@ def test_the_fabric_model_replays_a_plan_over_a_described_fleet() -> None:
     got = q.predict({"nics": 1, "nic_gbit": 8, "convert": {"scales_gbyte": 1, "quantize_gbyte": 1, "threads": 1}})
     assert got["convert_bytes"] == 4 << 20 and got["convert_s"] == pytest.approx(2 * 2**20 / 1e9)
     assert got["seconds"] == pytest.approx(got["links_s"] + got["convert_s"])
+    # The hosts' CPU: every byte over a NIC costs both ends' work; where the six hosts are one
+    # machine's namespaces with little CPU, that pool bounds the sync (and names itself).
+    hosts = [["t0", "t1", "i0", "i1", "i2", "i3"]]
+    cpu = p.predict({"nics": 1, "nic_gbit": 8, "cpu": {"transfer_gbyte": 0.01, "cores": 0.5, "shared": hosts}})
+    assert cpu["cpu_s"] == pytest.approx(p.bytes / 0.01e9 / 0.5) and cpu["seconds"] == pytest.approx(cpu["cpu_s"])
+    assert cpu["cpu_pool"] == "CPU of the machine of t0, t1, i0, i1, i2, i3" and cpu["cpu_s"] > cpu["links_s"]
+    roomy = p.predict({"nics": 1, "nic_gbit": 8, "cpu": {"transfer_gbyte": 10, "cores": 8}})
+    assert roomy["seconds"] == pytest.approx(roomy["links_s"]) and roomy["cpu_s"] < roomy["links_s"]
+    with pytest.raises(W.LayoutError, match="cpu: transfer_gbyte and cores must be positive"):
+        p.predict({"nics": 1, "nic_gbit": 8, "cpu": {"transfer_gbyte": 1, "cores": -1}})

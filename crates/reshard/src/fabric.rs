@@ -21,10 +21,19 @@
 //!   ranks finish at different times this is an upper bound). Each wave's links are replayed
 //!   alone, and the waves add up.
 //!
+//! - **the hosts' CPU** (`cpu`): every byte that crosses a NIC costs CPU on both ends (packing,
+//!   sealing and sending; receiving, checking and landing), at `transfer_gbyte` GB/s per core for
+//!   the two ends together, half charged to each; a relay pays for each hop. Measured on the sync
+//!   itself, the rate holds all of the sync's CPU work per byte, a converting plan's conversion
+//!   included. A host has `cores` free for it; hosts listed together in `shared` are one
+//!   machine's namespaces and share one `cores`. The bytes move no faster than the busiest pool
+//!   does that work: the prediction is the longer of the conversion followed by (or overlapped
+//!   with) the links, and that pool's time (wave by wave under admission). Where hosts have
+//!   cores to spare, or the bytes go device to device, leave it out.
+//!
 //! A fixed cost per step (`setup_s`: control messages, the framework's calls) is added once. A
 //! fluid model: it assumes every resource is busy for the whole of its phase, which relays and
-//! many parallel buffers approach, and knows nothing of congestion control or of CPU work other
-//! than conversion.
+//! many parallel buffers approach, and knows nothing of congestion control.
 
 use std::collections::BTreeMap;
 
@@ -74,6 +83,22 @@ pub struct Fleet {
     /// The sync's admission limits per source host's link (none: every rank at once).
     #[serde(default)]
     pub admission: Option<Admission>,
+    /// The hosts' CPU work per byte moved (none: CPU is never the bottleneck).
+    #[serde(default)]
+    pub cpu: Option<Cpu>,
+}
+
+/// The CPU the transport spends on the bytes it moves (see the module documentation).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cpu {
+    /// GB/s of NIC bytes one core carries, the sender's and the receiver's work together.
+    pub transfer_gbyte: f64,
+    /// Cores free for it on each host (on each machine of `shared`).
+    pub cores: f64,
+    /// Hosts that share one machine's `cores` (namespaces or containers of one machine).
+    #[serde(default)]
+    pub shared: Vec<Vec<String>>,
 }
 
 /// Where and how fast the sources quantise (see the module documentation).
@@ -107,8 +132,8 @@ pub struct Admission {
 pub struct Prediction {
     /// The busiest resource's bytes at line rate.
     pub floor_s: f64,
-    /// The links at `efficiency` with pipeline fill (wave after wave under admission), the
-    /// conversion (added, or overlapped) and setup.
+    /// The links at `efficiency` with pipeline fill, or the busiest CPU pool where that is
+    /// longer (wave after wave under admission), the conversion (added, or overlapped) and setup.
     pub seconds: f64,
     /// Which resource that is, and its bytes.
     pub bottleneck: String,
@@ -125,6 +150,10 @@ pub struct Prediction {
     pub convert_bytes: u64,
     /// Admission waves (1 without admission).
     pub waves: usize,
+    /// The busiest CPU pool's transfer work at its cores (every admission wave's; 0 without
+    /// `cpu`), and which pool that is.
+    pub cpu_s: f64,
+    pub cpu_pool: String,
 }
 
 #[derive(Default)]
@@ -159,6 +188,11 @@ impl Fleet {
                 return bad("convert: scales_gbyte, quantize_gbyte and threads must be positive");
             }
         }
+        if let Some(c) = &self.cpu {
+            if !(positive(c.transfer_gbyte) && positive(c.cores)) {
+                return bad("cpu: transfer_gbyte and cores must be positive");
+            }
+        }
         if let Some(Admission { receivers: Some(0), .. } | Admission { bytes: Some(0), .. }) = &self.admission {
             return bad("admission: receivers and bytes must be at least 1 (leave one out for no bound)");
         }
@@ -175,6 +209,9 @@ struct Replay {
     scale: u64,
     hops: usize,
     seconds: f64,
+    /// The busiest CPU pool's seconds (0 without `cpu`) and its name.
+    cpu_s: f64,
+    cpu_pool: String,
 }
 
 /// Replays the moves to the destination ranks `keep` admits (all: `None`).
@@ -203,10 +240,22 @@ fn replay(plan: &Plan, fleet: &Fleet, keep: Option<&[bool]>) -> Replay {
             })
             .collect()
     });
+    // Each host's CPU pool: its machine's (`shared`) or its own.
+    let pool: Vec<String> = hosts
+        .iter()
+        .map(|h| {
+            let shared = fleet.cpu.as_ref().and_then(|c| c.shared.iter().find(|m| m.iter().any(|x| x == h)));
+            shared.map_or_else(|| format!("CPU of {h}"), |m| format!("CPU of the machine of {}", m.join(", ")))
+        })
+        .collect();
+    let mut cpu: BTreeMap<&str, f64> = BTreeMap::new();
     let mut loads = Loads::default();
     let (mut nic, mut scale) = (0u64, 0u64);
     let mut hops = 0usize;
     let mut flow = |a: usize, b: usize, bytes: u64, loads: &mut Loads| {
+        for end in [a, b] {
+            *cpu.entry(pool[end].as_str()).or_default() += bytes as f64 / 2.0;
+        }
         if domain[a].is_some() && domain[a] == domain[b] {
             let cap = fleet.scale_up_gbyte * 1e9;
             loads.add(format!("scale-up out of {}", hosts[a]), bytes, cap);
@@ -259,7 +308,16 @@ fn replay(plan: &Plan, fleet: &Fleet, keep: Option<&[bool]>) -> Replay {
     } else {
         0.0
     };
-    Replay { floor, name, top, nic, scale, hops, seconds: floor / fleet.efficiency + fill }
+    let (mut cpu_s, mut cpu_pool) = (0.0f64, String::new());
+    if let Some(c) = &fleet.cpu {
+        for (p, bytes) in cpu {
+            let t = bytes / (c.transfer_gbyte * 1e9) / c.cores;
+            if t > cpu_s {
+                (cpu_s, cpu_pool) = (t, p.to_string());
+            }
+        }
+    }
+    Replay { floor, name, top, nic, scale, hops, seconds: floor / fleet.efficiency + fill, cpu_s, cpu_pool }
 }
 
 /// The slowest host's conversion (seconds) and the bytes read for it in all.
@@ -331,22 +389,25 @@ pub fn predict(plan: &Plan, fleet: &Fleet) -> Result<Prediction, Error> {
     fleet.check()?;
     let all = replay(plan, fleet, None);
     let (convert_s, convert_bytes) = conversion(plan, fleet)?;
-    let (links_s, waves) = match &fleet.admission {
-        None => (all.seconds, 1),
+    // Each wave: the longer of its links and its busiest CPU pool.
+    let (links_s, cpu_s, bound_s, waves) = match &fleet.admission {
+        None => (all.seconds, all.cpu_s, all.seconds.max(all.cpu_s), 1),
         Some(adm) => {
             let waves = waves(plan, adm);
             let mut keep = vec![false; plan.destination_ranks()];
-            let mut total = 0.0;
+            let (mut links, mut cpu, mut transfer) = (0.0, 0.0, 0.0);
             for wave in &waves {
                 keep.iter_mut().for_each(|k| *k = false);
                 wave.iter().for_each(|&d| keep[d] = true);
-                total += replay(plan, fleet, Some(&keep)).seconds;
+                let r = replay(plan, fleet, Some(&keep));
+                (links, cpu, transfer) = (links + r.seconds, cpu + r.cpu_s, transfer + r.seconds.max(r.cpu_s));
             }
-            (total, waves.len())
+            (links, cpu, transfer, waves.len())
         }
     };
     let overlaps = fleet.convert.as_ref().is_some_and(|c| c.overlaps);
-    let busy = if overlaps { links_s.max(convert_s) } else { links_s + convert_s };
+    let chain = if overlaps { links_s.max(convert_s) } else { links_s + convert_s };
+    let busy = chain.max(bound_s);
     Ok(Prediction {
         floor_s: all.floor,
         seconds: busy + fleet.setup_s,
@@ -359,6 +420,8 @@ pub fn predict(plan: &Plan, fleet: &Fleet) -> Result<Prediction, Error> {
         convert_s,
         convert_bytes,
         waves,
+        cpu_s,
+        cpu_pool: all.cpu_pool,
     })
 }
 
@@ -484,6 +547,46 @@ mod tests {
         let admit = r#"{"nics": 1, "nic_gbit": 8, "admission": {"receivers": 0}}"#;
         assert!(predict(&plan(&layout(&["a"], 1024), &layout(&["b"], 1024)).unwrap(), &fleet(admit)).is_err());
         assert!(predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8, "efficiency": 0}"#)).is_err());
+    }
+
+    #[test]
+    fn the_hosts_cpu_bounds_the_transfer_where_it_is_slower_than_the_links() {
+        // One source host sends 2 MiB to each of two hosts (4 MiB over NICs in all).
+        let p = plan(&layout(&["a"], 1024), &layout(&["b", "c"], 1024)).unwrap();
+        let links = predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8}"#)).unwrap();
+        assert_eq!((links.cpu_s, links.nic_bytes), (0.0, 4 << 20));
+        // Plenty of CPU: the links decide. Each host its own core at 1 GB/s of NIC bytes: the
+        // source pays half of 4 MiB, the busiest pool.
+        let own =
+            predict(&p, &fleet(r#"{"nics": 1, "nic_gbit": 8, "cpu": {"transfer_gbyte": 1, "cores": 1}}"#)).unwrap();
+        assert_eq!(own.cpu_pool, "CPU of a");
+        assert!((own.cpu_s - (2 << 20) as f64 / 1e9).abs() < 1e-12 && own.seconds == links.seconds, "{own:?}");
+        // The three hosts are one machine's namespaces with a quarter of a core between them:
+        // all of the 4 MiB's work (both ends) at 0.25 core, four times the links' time.
+        let shared = r#"{"nics": 1, "nic_gbit": 8, "setup_s": 0.1,
+            "cpu": {"transfer_gbyte": 1, "cores": 0.25, "shared": [["a", "b", "c"]]}}"#;
+        let got = predict(&p, &fleet(shared)).unwrap();
+        assert_eq!(got.cpu_pool, "CPU of the machine of a, b, c");
+        let want = (4 << 20) as f64 / 1e9 / 0.25;
+        assert!((got.cpu_s - want).abs() < 1e-12 && (got.seconds - (want + 0.1)).abs() < 1e-12, "{got:?}");
+        assert!((got.cpu_s / got.links_s - 4.0).abs() < 1e-9 && got.links_s == links.links_s);
+        // A converting plan: the longer of the conversion then the links, and the CPU pool
+        // (whose rate holds the conversion's work).
+        let q = bf16_to_fp8(&["a"], &["b", "c"]);
+        let conv = r#""convert": {"scales_gbyte": 1, "quantize_gbyte": 1, "threads": 1}"#;
+        let on = |rate: f64| {
+            let cpu = format!(r#""cpu": {{"transfer_gbyte": {rate}, "cores": 1, "shared": [["a", "b", "c"]]}}"#);
+            predict(&q, &fleet(&format!(r#"{{"nics": 1, "nic_gbit": 8, {conv}, {cpu}}}"#))).unwrap()
+        };
+        let slow = on(0.01);
+        assert!(slow.cpu_s > slow.links_s + slow.convert_s && slow.seconds == slow.cpu_s, "{slow:?}");
+        let fast = on(100.0);
+        assert!(
+            fast.cpu_s < fast.links_s && (fast.seconds - (fast.convert_s + fast.links_s)).abs() < 1e-12,
+            "{fast:?}"
+        );
+        let bad = r#"{"nics": 1, "nic_gbit": 8, "cpu": {"transfer_gbyte": 1, "cores": 0}}"#;
+        assert!(predict(&p, &fleet(bad)).unwrap_err().to_string().contains("cpu: transfer_gbyte and cores"));
     }
 
     #[test]

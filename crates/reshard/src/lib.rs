@@ -29,7 +29,7 @@ mod plan;
 pub use balance::Links;
 pub use codec::{decode, encode};
 pub use dtype::{convertible, is_fp8, itemsize, wire, DTYPES};
-pub use fabric::{predict, Admission, Convert, Fleet, Prediction};
+pub use fabric::{predict, Admission, Convert, Cpu, Fleet, Prediction};
 pub use fp8::Scale;
 pub use layout::{Layout, RankSpec, TensorSpec};
 pub use plan::{plan, Buffer, Fetch, Piece, Plan, PlanTensor, ALIGN};
