@@ -240,21 +240,25 @@ fn replay(plan: &Plan, fleet: &Fleet, keep: Option<&[bool]>) -> Replay {
             })
             .collect()
     });
-    // Each host's CPU pool: its machine's (`shared`) or its own.
-    let pool: Vec<String> = hosts
-        .iter()
-        .map(|h| {
-            let shared = fleet.cpu.as_ref().and_then(|c| c.shared.iter().find(|m| m.iter().any(|x| x == h)));
-            shared.map_or_else(|| format!("CPU of {h}"), |m| format!("CPU of the machine of {}", m.join(", ")))
-        })
-        .collect();
+    // Each host's CPU pool, where the fleet describes CPU: its machine's (`shared`) or its own.
+    let pool: Option<Vec<String>> = fleet.cpu.as_ref().map(|c| {
+        hosts
+            .iter()
+            .map(|h| match c.shared.iter().find(|m| m.iter().any(|x| x == h)) {
+                Some(m) => format!("CPU of the machine of {}", m.join(", ")),
+                None => format!("CPU of {h}"),
+            })
+            .collect()
+    });
     let mut cpu: BTreeMap<&str, f64> = BTreeMap::new();
     let mut loads = Loads::default();
     let (mut nic, mut scale) = (0u64, 0u64);
     let mut hops = 0usize;
     let mut flow = |a: usize, b: usize, bytes: u64, loads: &mut Loads| {
-        for end in [a, b] {
-            *cpu.entry(pool[end].as_str()).or_default() += bytes as f64 / 2.0;
+        if let Some(pool) = &pool {
+            for end in [a, b] {
+                *cpu.entry(pool[end].as_str()).or_default() += bytes as f64 / 2.0;
+            }
         }
         if domain[a].is_some() && domain[a] == domain[b] {
             let cap = fleet.scale_up_gbyte * 1e9;
