@@ -19,12 +19,13 @@ two), with the same model and layouts, fresh weights every round and every byte 
   killed 0.5 s in and the step has a deadline of three median syncs: the others' time against
   their median;
 - the fabric model (`Plan.predict`) for each run, with the links' goodput measured in the same
-  cluster before Ray starts (one TCP stream over a shaped link, 512 MiB), FP8's conversion at the
-  source described by one CPU thread's rates measured in the same run (`cargo run --release -p
-  accel-reshard --example fp8_speed`), admission's limits, and the CPU every byte over a NIC
-  costs on this machine's cores (every node is a namespace of it): calibrated by syncs of the
-  first 1 and 8 tensors in the same cluster (`CALIBRATION`), their busy CPU (/proc/stat) less
-  the machine's load without a sync. Within 15% of the measured warm sync is the goal;
+  cluster before Ray starts (one TCP stream over a shaped link, 512 MiB), admission's limits,
+  the sources' packing before sending (FP8's conversion at one CPU thread's rates measured in
+  the same run, `cargo run --release -p accel-reshard --example fp8_speed`; bf16's copies) and
+  the CPU every byte over a NIC costs on this machine's cores (every node is a namespace of
+  it): both calibrated by syncs of the first 1 and 8 tensors in the same cluster
+  (`CALIBRATION`): their packing time, and their busy CPU (/proc/stat) less the machine's load
+  without a sync. Within 15% of the measured warm sync is the goal;
 - the planner at frontier scale: `cargo run --release -p accel-reshard --example plan_scale` (the
   Kimi-K2-shaped pair of `crates/reshard/tests/kimi.rs`, and the model's prediction for it on an
   H100 fleet), and the plan cache from Python (in process and from bytes) on the 1000-tensor layout.
@@ -154,25 +155,26 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
         return row
 
     # The fabric model's calibration: syncs of the first tensors of the 32 (the same actors,
-    # calls and checks), one cold round and `CALIBRATION_WARM` warm ones each (medians), after the load the
-    # machine carries without a sync (the whole machine's busy CPU, /proc/stat).
+    # calls and checks), `COLD` cold rounds and `CALIBRATION_WARM` warm ones each (medians), after the load
+    # the machine carries without a sync (the whole machine's busy CPU, /proc/stat).
     c0, t0 = bws.cpu_busy(), time.perf_counter()
     time.sleep(QUIET_S)
     res["quiet_cores"] = (bws.cpu_busy() - c0) / (time.perf_counter() - t0)
     for key in CALIBRATION:
         p = part(size, count, system, key)
         setup(p)
-        rows = [step(1000 * CALIBRATION[key] + i, workers) for i in range(CALIBRATION_WARM + 1)][1:]
-        res[key] = {"sync": statistics.median(r["sync"] for r in rows), "cpu_s": statistics.median(r["cpu_s"] for r in rows)}
+        rows = [step(1000 * CALIBRATION[key] + i, workers) for i in range(CALIBRATION_WARM + COLD)][COLD:]
+        res[key] = {k: statistics.median(r[k] for r in rows) for k in ("sync", "cpu_s", "pack_s")}
     p = W.plan(src, dst)
     setup(p)
     res["plan"] = {"bytes": p.bytes, "links": p.links, "seconds": p.seconds}
     ray.get([w.serve.remote() for w in workers])
-    for i in range(iters + 1):
+    res["cold"] = COLD
+    for i in range(iters + COLD):
         res["rows"].append(step(i + 1, workers))
     if system == "bf16":
         # Elastic: a replica of rank 0 joins between steps, then is killed during a step.
-        median = statistics.median(r["sync"] for r in res["rows"][1:]) if len(res["rows"]) > 1 else res["rows"][0]["sync"]
+        median = statistics.median(r["sync"] for r in warm(res))
         joiner = Worker.options(resources={node_of(0): 0.01}, runtime_env=tcp).remote(src, dst, 0)
         ray.get(joiner.ready.remote())
         t = time.perf_counter()
@@ -180,9 +182,9 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
         join_s = time.perf_counter() - t
         ray.get(joiner.serve.remote())
         fleet = workers + [joiner]
-        with_joiner = step(iters + 2, fleet)
+        with_joiner = step(iters + COLD + 1, fleet)
         threading.Timer(0.5, ray.kill, args=(joiner,)).start()
-        killed = step(iters + 3, fleet, deadline=3 * median)
+        killed = step(iters + COLD + 2, fleet, deadline=3 * median)
         res["elastic"] = {"median": median, "join_s": join_s, "catch_up": catch_up, "with_joiner": with_joiner["sync"],
                           "killed": killed["sync"], "failed": killed["failed"], "deadline": 3 * median}
     ray.get([a.reset.remote() for a in trainers] + [w.reset.remote() for w in workers])
@@ -193,6 +195,16 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
 TRAINER_NODES = 4  # bench_weight_sync's cluster: one source rank on each
 QUIET_S = 2.0  # seconds of the machine's load without a sync, before the calibration
 CALIBRATION_WARM = 5
+# Rounds before the warm ones. Every target rank double-buffers; until `Receiver` touched both
+# sets when made, the second round was the first touch of the second set (1.3x to 2.5x the
+# warm median), so it stays out of the medians (and is shown beside the first).
+COLD = 2
+
+
+def warm(got: dict) -> list:
+    """A run's warm rounds (a run saved before `COLD` was 2 had one cold round)."""
+    rows: list = got["rows"][got.get("cold", 1) :]
+    return rows or got["rows"][-1:]
 
 
 def convert_rates() -> dict:
@@ -206,26 +218,35 @@ def convert_rates() -> dict:
 
 def prediction(size: int, count: int, system: str, rate: str, got: dict, rates: dict) -> dict:
     """The model's time for the full sync, from what the same cluster measured (`got`): the
-    links at the measured goodput (wave after wave under admission); FP8's conversion on the
-    trainers' share of this machine's free cores (before sending, as `Sender.publish` packs);
-    the CPU every byte moved costs, from the calibration syncs: the eight-tensor sync's busy CPU
-    less the one-tensor sync's and less the quiet load over the difference in time, over the
-    difference in bytes over NICs, on the cores the quiet load leaves; plus the fixed cost the
-    one-tensor sync shows beyond the model's time for it."""
+    links at the measured goodput (wave after wave under admission); the sources' packing
+    before sending (as `Sender.publish` packs), from the calibration syncs: the eight-tensor
+    sync's packing less the one-tensor sync's against the model's packing of the difference at
+    one thread's rates, which gives the share of a thread each trainer packs on (FP8, at
+    `fp8_speed`'s rates) or the rate a trainer copies at (bf16); the CPU every byte moved
+    costs, from the same syncs: the eight-tensor sync's busy CPU less the one-tensor sync's and
+    less the quiet load over the difference in time, over the difference in bytes over NICs,
+    on the cores the quiet load leaves; plus the fixed cost the one-tensor sync shows beyond
+    the model's time for it."""
     from accel import weights as W
 
     src, dst = layouts(size, count, system)
     nominal = bb.rate_bytes(rate)
     fleet: dict = {"nics": 1, "nic_gbit": nominal * 8 / 1e9, "efficiency": got["calibration"] / nominal, "chunk_bytes": 4 << 20}
+    if system == "admit":
+        fleet["admission"] = {"receivers": 1}
+    s, m = got["small"], got["mid"]
+    # Packing: the model's at one thread's rates (copies at 1 GB/s) against the calibration's.
+    unit = {**rates, "copy_gbyte": 1.0, "threads": 1.0}
+    one = [part(size, count, system, k).predict({**fleet, "convert": unit})["convert_s"] for k in ("small", "mid")]
+    share = (one[1] - one[0]) / max(m["pack_s"] - s["pack_s"], 1e-6)
+    if system == "fp8":
+        fleet["convert"] = {**rates, "threads": share}
+    else:
+        fleet["convert"] = {"copy_gbyte": share, "threads": 1.0}
+    small, mid = (part(size, count, system, k).predict(fleet) for k in ("small", "mid"))
     # Every node of the cluster is a namespace on this machine: they share its cores, less what
     # the machine is busy with without a sync.
     free = (os.cpu_count() or 1) - got["quiet_cores"]
-    if system == "fp8":
-        fleet["convert"] = {**rates, "threads": free / TRAINER_NODES, "overlaps": False}
-    if system == "admit":
-        fleet["admission"] = {"receivers": 1}
-    small, mid = (part(size, count, system, k).predict(fleet) for k in ("small", "mid"))
-    s, m = got["small"], got["mid"]
     work = m["cpu_s"] - s["cpu_s"] - got["quiet_cores"] * (m["sync"] - s["sync"])
     per_byte = max(work, 1e-9) / (mid["nic_bytes"] - small["nic_bytes"])
     fleet["cpu"] = {"transfer_gbyte": 1 / per_byte / 1e9, "cores": free, "shared": [sorted(set(src.hosts) | set(dst.hosts))]}
@@ -264,17 +285,28 @@ def plan_scale(rates: dict) -> dict:
     return got
 
 
+def pack_text(convert: dict | None) -> str:
+    """A run's calibrated packing: FP8's share of a thread, or bf16's copy rate."""
+    if not convert:
+        return ""
+    if "copy_gbyte" in convert:
+        return f", packing copies at {convert['copy_gbyte']:.2f} GB/s"
+    return f", packing on {convert['threads']:.2f} of a thread"
+
+
 def cpu_text(res: dict, sizes: list) -> str:
-    """The calibrated CPU of each run: quiet cores and GB/s of NIC bytes a core carries."""
+    """The calibrated CPU and packing of each run: quiet cores, GB/s of NIC bytes a core
+    carries, and the packing's rate."""
     got = [f"{bws.text(size)} {s} {r['prediction']['cpu']['transfer_gbyte']:.3f} GB/s a core, {r['quiet_cores']:.2f} cores quiet"
+           + pack_text(r["prediction"].get("convert"))
            for size in sizes for s, r in res[str(size)].items() if "cpu" in r.get("prediction", {})]
-    return f" CPU per run: {'; '.join(got)}." if got else ""
+    return f" Calibrated per run: {'; '.join(got)}." if got else ""
 
 
 def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: int, load: tuple, seconds: float, command: str, when: str,
            rates: dict | None = None, others: str = "") -> str:
     ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
-    med = lambda rows, k: statistics.median([r[k] for r in rows[1:]]) if len(rows) > 1 else rows[0][k]  # noqa: E731
+    med = lambda rows, k: statistics.median([r[k] for r in rows])  # noqa: E731
     r8 = bb.rate_bytes(rate)
     lines = [
         f"{platform.machine()} with {os.cpu_count()} CPUs, Linux {platform.release()}, Ray {importlib.metadata.version('ray')}, "
@@ -282,18 +314,20 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         + " / ".join(f"{x:.1f}" for x in load) + " at the start (the machine is shared with other sessions).",
         "",
         f"{count} bf16 tensors of {bws.ROWS} rows; 4 trainer nodes to 4 inference nodes of 2 ranks; both directions of every "
-        f"link shaped to {rate}; {iters} warm rounds (medians) after a cold one (the first round with the full plan: its buffers made and first touched). Sync: from the fresh weights written to every "
+        f"link shaped to {rate}; {iters} warm rounds (medians) after two cold ones (the first round with the full plan makes the sources' buffers and first touches them and the receivers' staging; the second is kept out of the medians too, as it was the first touch of every target rank's second buffer set until the receivers touched both sets when made). Sync: from the fresh weights written to every "
         "rank switched. Floor: the busiest link's bytes at the shaped rate (FP8's own: its bytes are half). Model: "
         "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster (efficiency); "
-        "calibrated in the same cluster by syncs of the first 1 and 8 of the 32 tensors (one cold and five warm rounds "
+        "calibrated in the same cluster by syncs of the first 1 and 8 of the 32 tensors (two cold and five warm rounds "
         "each, medians) after 2 s of the machine's load without a sync (the quiet cores): a fixed cost per step, the "
         "one-tensor sync less the model's time for it (the setup column), and the CPU every byte over a NIC costs, the "
         "eight-tensor sync's busy CPU less the one-tensor sync's and less the quiet load over the difference in time, over "
         "the difference in NIC bytes (FP8's includes its conversion), on the cores the quiet load leaves, all nodes one "
-        "machine (the CPU column: that work at those cores); FP8's conversion on the trainer nodes before sending, at one "
-        "thread's rates measured by `fp8_speed` in the same run, the 4 trainer nodes sharing the free cores (the "
-        "conversion column); under admission, the ranks admitted in waves, each wave's links replayed alone (the waves "
-        "column). The prediction is the longer of the conversion then the links, and the CPU, plus the setup. Busy CPU is "
+        "machine (the CPU column: that work at those cores); and the sources' packing before sending (`Sender.publish` "
+        "packs every buffer before the first byte leaves), the eight-tensor sync's packing less the one-tensor sync's "
+        "against the model's packing of the difference at one thread's rates: FP8's conversion at the rates `fp8_speed` "
+        "measured in the same run, on the share of a thread this gives each trainer; bf16's copies at the rate it gives "
+        "(the packing column); under admission, the ranks admitted in waves, each wave's links replayed alone (the waves "
+        "column). The prediction is the longer of the packing then the links, and the CPU, plus the setup. Busy CPU is "
         "the whole machine's (/proc/stat) from the fresh weights written to the sync's end, so it holds other sessions' "
         "load too."
         + (f" Rates: scales {rates['scales_gbyte']:.2f} GB/s, quantise {rates['quantize_gbyte']:.2f} GB/s per thread." if rates else "")
@@ -301,7 +335,7 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         + (f" (*): from an earlier run ({others}); its model had no conversion or admission term, which its system "
            "does not need." if others else ""),
         "",
-        "| size | system | floor | model (efficiency, setup, conversion, CPU, waves) | cold sync | warm sync | sync / floor | model / sync | machine's CPU busy in the sync | sources packing | pause (% of total) | serving p99 | worst admission wait |",
+        "| size | system | floor | model (efficiency, setup, packing, CPU, waves) | cold syncs (first / second round) | warm sync | sync / floor | model / sync | machine's CPU busy in the sync | sources packing | pause (% of total) | serving p99 | worst admission wait |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ncpu = os.cpu_count() or 1
@@ -311,7 +345,8 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
     for size in sizes:
         r = res[str(size)]
         for s in [x for x in SYSTEMS if x in r]:
-            rows, pred = r[s]["rows"], r[s]["prediction"]
+            rows, pred = warm(r[s]), r[s]["prediction"]
+            cold = " / ".join(ms(x["sync"]) for x in r[s]["rows"][: r[s].get("cold", 1)])
             src, dst = layouts(size, count, s)
             floor = max(max(v.values()) for v in r[s]["plan"]["links"].values()) / r8
             sync = med(rows, "sync")
@@ -319,11 +354,11 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
             ratio = pred["seconds"] / sync
             model[s].append(f"{ratio:.2f}x")
             lines.append(
-                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}, {ms(pred.get('convert_s', 0.0))}, {ms(pred.get('cpu_s', 0.0))}, {pred.get('waves', 1)}){' (*)' if 'from' in r[s] else ''} | {ms(rows[0]['sync'])} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
+                f"| {bws.text(size)} | {s} | {ms(floor)} | {ms(pred['seconds'])} ({pred['efficiency']:.2f}, {ms(pred['setup_s'])}, {ms(pred.get('convert_s', 0.0))}, {ms(pred.get('cpu_s', 0.0))}, {pred.get('waves', 1)}){' (*)' if 'from' in r[s] else ''} | {cold} | {ms(sync)} | {sync / floor:.2f}x | {ratio:.2f}x | "
                 f"{busy(rows)} | {packing(rows)} | "
                 f"{pause * 100:.2f}% | {med(rows, 'serving_p99') * 1e3:.1f} ms | {max(x['admission_wait'] for x in rows) * 1e3:.0f} ms |"
             )
-            r[s]["floor"], r[s]["sync"], r[s]["pause_frac"] = floor, sync, max(x["pause"] / x["total"] for x in rows)
+            r[s]["floor"], r[s]["sync"], r[s]["pause_frac"] = floor, sync, max(x["pause"] / x["total"] for x in r[s]["rows"])
     top = res[str(max(sizes))]
     if not all(x in top for x in SYSTEMS):
         verdicts.append(f"- Only {', '.join(top)} ran: the goals are judged on a run of every system.")
@@ -334,13 +369,13 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
                             f"**{'met' if q['sync'] <= 1.15 * q['floor'] else 'NOT met'}**.")
         worst_pause = max(top[s]["pause_frac"] for s in SYSTEMS)
         verdicts.append(f"- Pause at most 1% of the total: worst round {worst_pause * 100:.2f}%: **{'met' if worst_pause <= 0.01 else 'NOT met'}**.")
-        b, a = top["bf16"]["rows"], top["admit"]["rows"]
+        b, a = warm(top["bf16"]), warm(top["admit"])
         verdicts.append(f"- Serving reads' p99 during a sync: {med(b, 'serving_p99') * 1e3:.1f} ms without admission, "
                         f"{med(a, 'serving_p99') * 1e3:.1f} ms with one receiver per source link (its sync {ms(top['admit']['sync'])} "
                         f"against {ms(top['bf16']['sync'])}). (No goal value: reported.)")
         e = top["bf16"].get("elastic")
         if e:
-            slowest = max(r["sync"] for r in top["bf16"]["rows"][1 : iters + 1])
+            slowest = max(r["sync"] for r in warm(top["bf16"]))
             verdicts.append(
                 f"- Elastic: a replica joined in {ms(e['join_s'])} (caught up from its peer in {ms(e['catch_up'])}; goal: at most one "
                 f"step, {ms(e['median'])}: **{'met' if e['join_s'] <= e['median'] else 'NOT met'}**); the next step with it took "

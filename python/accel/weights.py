@@ -634,16 +634,18 @@ class Plan:
         (`accel_reshard::fabric`): ``fleet`` gives ``nics`` and ``nic_gbit`` per host (and
         optionally ``host_gbit`` overrides, scale-up ``domains`` with ``scale_up_gbyte``,
         ``leaves`` with their ``oversubscription``, the ``efficiency`` a transfer reaches, relays'
-        ``chunk_bytes`` and a fixed ``setup_s``; ``convert``, required when the plan quantises:
-        ``scales_gbyte`` and ``quantize_gbyte``, one thread's GB/s of source-dtype input, the
-        ``threads`` a host converts on at once and whether sending ``overlaps`` it; the
+        ``chunk_bytes`` and a fixed ``setup_s``; ``convert``, the sources' packing, required
+        when the plan quantises: ``scales_gbyte`` and ``quantize_gbyte``, one thread's GB/s of
+        source-dtype input (required when the plan quantises), ``copy_gbyte``, one thread's GB/s
+        of buffer bytes copied for the tensors not quantised (without it copies are free), the
+        ``threads`` a host packs on at once and whether sending ``overlaps`` it; the
         sync's ``admission`` limits, ``receivers`` and ``bytes`` per source link; and ``cpu``,
         the hosts' work per byte moved: ``transfer_gbyte`` of NIC bytes one core carries, both
         ends together, the ``cores`` free for it per host, and the hosts ``shared`` by one
         machine). Returns ``floor_s`` (the busiest resource at line rate), ``seconds`` (the
         prediction), its ``links_s`` (every admission wave's), ``cpu_s`` (the busiest CPU pool,
-        ``cpu_pool``) and ``convert_s`` parts, ``waves``, the bytes read to
-        convert, ``bottleneck`` and its bytes, the bytes over NICs and scale-up links, and the
+        ``cpu_pool``) and ``convert_s`` (packing) parts, ``waves``, the bytes read to
+        convert (``convert_bytes``) and copied (``copy_bytes``), ``bottleneck`` and its bytes, the bytes over NICs and scale-up links, and the
         longest relay chain (``hops``). A `LayoutError` names what the fleet lacks or gets wrong."""
         try:
             out: dict[str, Any] = json.loads(self._native.predict(json.dumps(dict(fleet))))
@@ -1083,9 +1085,14 @@ class Receiver:
         return dict(given)
 
     def _arrays(self) -> dict[str, np.ndarray[Any, Any]]:
-        made = {n: np.zeros(_extent(b), _STORAGE[self.plan.dtypes[n]]) for n, b in self.plan.boxes.items()}
+        """One set of target arrays, zeroed and touched now: a receive never pays the first
+        touch of its pages (with two sets, the second step would), and memory that is not there
+        fails here, not in a sync."""
+        made = {n: np.empty(_extent(b), _STORAGE[self.plan.dtypes[n]]) for n, b in self.plan.boxes.items()}
         for n, q in self.plan.quant.items():
-            made[self.plan.scale_names[n]] = np.zeros(_extent(scale_box(self.plan.boxes[n], q.scale)), np.float32)
+            made[self.plan.scale_names[n]] = np.empty(_extent(scale_box(self.plan.boxes[n], q.scale)), np.float32)
+        for a in made.values():
+            a.fill(0)
         return made
 
     @property

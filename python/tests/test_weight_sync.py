@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -152,6 +153,21 @@ def test_one_buffer_pauses_readers_for_the_whole_receive():
     time.sleep(0.2)
     assert rc.commit(1) >= 0.2  # readers waited from the start of the receive
     assert rc.nbytes * 2 == W.Receiver(p.for_destination(0)).nbytes
+
+
+def test_a_receivers_target_sets_are_resident_from_the_start() -> None:
+    # Both sets are zeroed and touched when the receiver is made, so no step pays their first
+    # touch (np.zeros alone maps pages lazily: resident memory would not grow until a receive).
+    def resident() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    t = {"w": ((4096, 4096), "f32")}  # 64 MiB a set
+    p = W.plan(W.Layout.sharded(t, ranks=1), W.Layout.sharded(t, ranks=1))
+    before = resident()
+    rc = W.Receiver(p.for_destination(0))
+    assert rc.nbytes == 128 << 20 and resident() - before >= 120 << 20
+    with rc.read() as (_, arrays):
+        assert not arrays["w"].any()
 
 
 def test_shipments_must_be_one_version_of_this_plan():

@@ -213,6 +213,10 @@ def test_the_fabric_model_replays_a_plan_over_a_described_fleet() -> None:
     got = q.predict({"nics": 1, "nic_gbit": 8, "convert": {"scales_gbyte": 1, "quantize_gbyte": 1, "threads": 1}})
     assert got["convert_bytes"] == 4 << 20 and got["convert_s"] == pytest.approx(2 * 2**20 / 1e9)
     assert got["seconds"] == pytest.approx(got["links_s"] + got["convert_s"])
+    # Copying the buffers of tensors not quantised: counted where a copy rate is given.
+    assert p.predict({"nics": 1, "nic_gbit": 8})["copy_bytes"] == p.bytes
+    copied = p.predict({"nics": 1, "nic_gbit": 8, "convert": {"copy_gbyte": 0.5, "threads": 2}})
+    assert copied["convert_s"] == pytest.approx(p.bytes / 2 / 0.5e9) and copied["seconds"] == pytest.approx(copied["links_s"] + copied["convert_s"])
     # The hosts' CPU: every byte over a NIC costs both ends' work; where the six hosts are one
     # machine's namespaces with little CPU, that pool bounds the sync (and names itself).
     hosts = [["t0", "t1", "i0", "i1", "i2", "i3"]]

@@ -9,11 +9,13 @@
 //! reaches, measured or published) and adds the relays' pipeline fill (one chunk per extra hop).
 //!
 //! Two things the transport does besides moving bytes are described too:
-//! - **conversion at the source** (`convert`): a source rank that quantises to FP8 first reads
+//! - **packing at the source** (`convert`): a source rank that quantises to FP8 first reads
 //!   its whole box of each such tensor for the scales, then encodes every piece of every buffer
-//!   that carries it, on one thread (`Sender.publish`); a host runs `threads` of those at once.
-//!   Unless `overlaps`, every buffer is packed before the first byte leaves (as `Sender.publish`
-//!   does today), so the slowest host's conversion adds to the link time.
+//!   that carries it; every piece of a tensor it does not quantise is copied into each buffer
+//!   that carries it (counted where `copy_gbyte` is given). A rank packs on one thread
+//!   (`Sender.publish`); a host runs `threads` of those at once. Unless `overlaps`, every buffer
+//!   is packed before the first byte leaves (as `Sender.publish` does today), so the slowest
+//!   host's packing adds to the link time.
 //! - **admission** (`admission`): at most `receivers` destination ranks, or `bytes` in flight,
 //!   per source host's link. The model admits ranks in order, as the driver does, in waves: a
 //!   wave is every rank that fits beside the ones already admitted, and the next wave starts
@@ -77,7 +79,7 @@ pub struct Fleet {
     /// Seconds every step costs besides moving bytes.
     #[serde(default)]
     pub setup_s: f64,
-    /// How the sources convert to FP8; required when the plan quantises.
+    /// How fast the sources pack (convert to FP8, copy); required when the plan quantises.
     #[serde(default)]
     pub convert: Option<Convert>,
     /// The sync's admission limits per source host's link (none: every rank at once).
@@ -101,18 +103,26 @@ pub struct Cpu {
     pub shared: Vec<Vec<String>>,
 }
 
-/// Where and how fast the sources quantise (see the module documentation).
+/// How fast the sources pack their buffers (see the module documentation).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Convert {
-    /// GB/s of source-dtype input one thread reads to find the scales.
-    pub scales_gbyte: f64,
-    /// GB/s of source-dtype input one thread encodes to FP8 (with the scales written).
-    pub quantize_gbyte: f64,
-    /// Source ranks converting at once on one host: its cores (or GPUs) free for it, a fraction
-    /// where hosts share cores. Each source rank converts on one thread.
+    /// GB/s of source-dtype input one thread reads to find the scales (required when the plan
+    /// quantises).
+    #[serde(default)]
+    pub scales_gbyte: Option<f64>,
+    /// GB/s of source-dtype input one thread encodes to FP8, with the scales written (required
+    /// when the plan quantises).
+    #[serde(default)]
+    pub quantize_gbyte: Option<f64>,
+    /// GB/s of buffer bytes one thread copies for the tensors it does not quantise (none: the
+    /// copies are not counted).
+    #[serde(default)]
+    pub copy_gbyte: Option<f64>,
+    /// Source ranks packing at once on one host: its cores (or GPUs) free for it, a fraction
+    /// where hosts share cores. Each source rank packs on one thread.
     pub threads: f64,
-    /// Whether sending starts before every buffer is converted (false: `Sender.publish`).
+    /// Whether sending starts before every buffer is packed (false: `Sender.publish`).
     #[serde(default)]
     pub overlaps: bool,
 }
@@ -145,9 +155,11 @@ pub struct Prediction {
     pub hops: usize,
     /// The links' part of `seconds` (every admission wave's).
     pub links_s: f64,
-    /// The slowest host's conversion, and the source-dtype bytes all sources read for it.
+    /// The slowest host's packing (its conversion, and its copies where `copy_gbyte` is
+    /// given), the source-dtype bytes all sources read to convert, and the bytes they copy.
     pub convert_s: f64,
     pub convert_bytes: u64,
+    pub copy_bytes: u64,
     /// Admission waves (1 without admission).
     pub waves: usize,
     /// The busiest CPU pool's transfer work at its cores (every admission wave's; 0 without
@@ -184,8 +196,9 @@ impl Fleet {
             return bad("oversubscription must be positive and setup_s at least 0");
         }
         if let Some(c) = &self.convert {
-            if !(positive(c.scales_gbyte) && positive(c.quantize_gbyte) && positive(c.threads)) {
-                return bad("convert: scales_gbyte, quantize_gbyte and threads must be positive");
+            let rates = [c.scales_gbyte, c.quantize_gbyte, c.copy_gbyte];
+            if !(rates.into_iter().flatten().all(positive) && positive(c.threads)) {
+                return bad("convert: scales_gbyte, quantize_gbyte, copy_gbyte and threads must be positive");
             }
         }
         if let Some(c) = &self.cpu {
@@ -324,29 +337,38 @@ fn replay(plan: &Plan, fleet: &Fleet, keep: Option<&[bool]>) -> Replay {
     Replay { floor, name, top, nic, scale, hops, seconds: floor / fleet.efficiency + fill, cpu_s, cpu_pool }
 }
 
-/// The slowest host's conversion (seconds) and the bytes read for it in all.
-fn conversion(plan: &Plan, fleet: &Fleet) -> Result<(f64, u64), Error> {
-    let per_rank = plan.conversion_bytes();
-    let total: u64 = per_rank.iter().map(|&(s, q)| s + q).sum();
-    if total == 0 {
-        return Ok((0.0, 0));
-    }
-    let Some(c) = &fleet.convert else {
-        return Err(Error::Fleet(format!(
-            "the plan quantises at its sources ({total} bytes read per step): describe the conversion \
-             (convert: scales_gbyte, quantize_gbyte, threads)"
-        )));
+/// The slowest host's packing (seconds), the bytes read to convert in all, and the bytes
+/// copied in all.
+fn packing(plan: &Plan, fleet: &Fleet) -> Result<(f64, u64, u64), Error> {
+    let per_rank = plan.packing_bytes();
+    let converted: u64 = per_rank.iter().map(|&(s, q, _)| s + q).sum();
+    let copied: u64 = per_rank.iter().map(|&(_, _, k)| k).sum();
+    let rates = fleet.convert.as_ref().map(|c| (c.scales_gbyte, c.quantize_gbyte));
+    let (scales, quantize) = match rates {
+        Some((Some(s), Some(q))) => (s, q),
+        _ if converted > 0 => {
+            return Err(Error::Fleet(format!(
+                "the plan quantises at its sources ({converted} bytes read per step): describe the conversion \
+                 (convert: scales_gbyte, quantize_gbyte, threads)"
+            )))
+        }
+        // Nothing to convert: no rate is needed.
+        _ => (f64::INFINITY, f64::INFINITY),
     };
+    let Some(c) = &fleet.convert else {
+        return Ok((0.0, converted, copied));
+    };
+    let copy = c.copy_gbyte.unwrap_or(f64::INFINITY);
     let (src_hosts, _, _) = plan.rank_hosts();
     // Per host: (the longest rank, the sum of its ranks' seconds).
     let mut hosts: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
-    for (r, &(s, q)) in per_rank.iter().enumerate() {
-        let t = s as f64 / (c.scales_gbyte * 1e9) + q as f64 / (c.quantize_gbyte * 1e9);
+    for (r, &(s, q, k)) in per_rank.iter().enumerate() {
+        let t = s as f64 / (scales * 1e9) + q as f64 / (quantize * 1e9) + k as f64 / (copy * 1e9);
         let slot = hosts.entry(src_hosts[r]).or_default();
         *slot = (slot.0.max(t), slot.1 + t);
     }
     let slowest = hosts.values().map(|&(longest, sum)| longest.max(sum / c.threads)).fold(0.0, f64::max);
-    Ok((slowest, total))
+    Ok((slowest, converted, copied))
 }
 
 /// The destination ranks of each admission wave (see the module documentation).
@@ -392,7 +414,7 @@ fn waves(plan: &Plan, adm: &Admission) -> Vec<Vec<usize>> {
 pub fn predict(plan: &Plan, fleet: &Fleet) -> Result<Prediction, Error> {
     fleet.check()?;
     let all = replay(plan, fleet, None);
-    let (convert_s, convert_bytes) = conversion(plan, fleet)?;
+    let (convert_s, convert_bytes, copy_bytes) = packing(plan, fleet)?;
     // Each wave: the longer of its links and its busiest CPU pool.
     let (links_s, cpu_s, bound_s, waves) = match &fleet.admission {
         None => (all.seconds, all.cpu_s, all.seconds.max(all.cpu_s), 1),
@@ -423,6 +445,7 @@ pub fn predict(plan: &Plan, fleet: &Fleet) -> Result<Prediction, Error> {
         links_s,
         convert_s,
         convert_bytes,
+        copy_bytes,
         waves,
         cpu_s,
         cpu_pool: all.cpu_pool,
@@ -536,6 +559,30 @@ mod tests {
         )))
         .unwrap();
         assert!((overlapped.seconds - (want.max(got.links_s) + 0.5)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn sources_copying_their_buffers_add_the_copies_where_a_copy_rate_is_given() {
+        // One source host packs a 2 MiB buffer for each of two hosts: 4 MiB copied.
+        let p = plan(&layout(&["a"], 1024), &layout(&["b", "c"], 1024)).unwrap();
+        let links = r#""nics": 1, "nic_gbit": 8, "setup_s": 0.5"#;
+        let free = predict(&p, &fleet(&format!("{{{links}}}"))).unwrap();
+        assert_eq!((free.convert_s, free.convert_bytes, free.copy_bytes), (0.0, 0, 4 << 20));
+        let f = fleet(&format!(r#"{{{links}, "convert": {{"copy_gbyte": 0.001, "threads": 1}}}}"#));
+        let got = predict(&p, &f).unwrap();
+        let want = (4 << 20) as f64 / 1e6;
+        assert!((got.convert_s - want).abs() < 1e-9, "{got:?}");
+        assert!((got.seconds - (free.seconds + want)).abs() < 1e-9, "{got:?}");
+        // A quantising plan copies nothing, and needs the conversion's rates beside the copies'.
+        let q = bf16_to_fp8(&["a"], &["b", "c"]);
+        let err = predict(&q, &f).unwrap_err().to_string();
+        assert!(err.contains("quantises at its sources") && err.contains("scales_gbyte"), "{err}");
+        let both = r#""convert": {"scales_gbyte": 1, "quantize_gbyte": 1, "copy_gbyte": 0.001, "threads": 1}"#;
+        let conv = predict(&q, &fleet(&format!("{{{links}, {both}}}"))).unwrap();
+        assert_eq!(conv.copy_bytes, 0);
+        assert!((conv.convert_s - conv.convert_bytes as f64 / 1e9).abs() < 1e-12, "{conv:?}");
+        let zero = fleet(&format!(r#"{{{links}, "convert": {{"copy_gbyte": 0, "threads": 1}}}}"#));
+        assert!(predict(&p, &zero).unwrap_err().to_string().contains("copy_gbyte"));
     }
 
     #[test]

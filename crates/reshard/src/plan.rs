@@ -598,10 +598,12 @@ impl Plan {
         });
     }
 
-    /// Per source rank, the source-dtype bytes it reads each step to quantise to FP8, as
-    /// `Sender.publish` does: (the scales pass, which reads its whole box of every tensor it
-    /// quantises once; the encoding, which reads each piece once per buffer that carries it).
-    pub(crate) fn conversion_bytes(&self) -> Vec<(u64, u64)> {
+    /// Per source rank, the bytes it packs each step, as `Sender.publish` does: (the source-dtype
+    /// bytes it reads to quantise to FP8: the scales pass, which reads its whole box of every
+    /// tensor it quantises once; the encoding, which reads each piece once per buffer that
+    /// carries it; and the bytes it copies into its buffers for the tensors it does not
+    /// quantise, each piece once per buffer).
+    pub(crate) fn packing_bytes(&self) -> Vec<(u64, u64, u64)> {
         // Each source box's volume: the template pieces cut from it (the destination covers
         // the tensor, so they tile it), each counted once.
         let boxes: Vec<Vec<u64>> = self
@@ -615,15 +617,16 @@ impl Plan {
                 v
             })
             .collect();
-        let mut out = vec![(0u64, 0u64); self.sources];
+        let mut out = vec![(0u64, 0u64, 0u64); self.sources];
         let mut last = vec![usize::MAX; self.sources];
         self.each_need(|ti, _, p, _, n, _| {
             let t = &self.tensors[ti];
+            let r = self.choice[n] as usize;
             if !t.quantized() {
+                out[r].2 += t.piece_bytes(&p.boxed).0;
                 return;
             }
             let size = dtype::itemsize(t.src_dtype).unwrap_or(1);
-            let r = self.choice[n] as usize;
             if last[r] != ti {
                 last[r] = ti;
                 out[r].0 += boxes[self.inst[ti] as usize][p.src as usize] * size;
