@@ -192,7 +192,6 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
     print(json.dumps(res), flush=True)
 
 
-TRAINER_NODES = 4  # bench_weight_sync's cluster: one source rank on each
 QUIET_S = 2.0  # seconds of the machine's load without a sync, before the calibration
 CALIBRATION_WARM = 5
 # Rounds before the warm ones. Every target rank double-buffers; until `Receiver` touched both
