@@ -634,19 +634,19 @@ class Plan:
         (`accel_reshard::fabric`): ``fleet`` gives ``nics`` and ``nic_gbit`` per host (and
         optionally ``host_gbit`` overrides, scale-up ``domains`` with ``scale_up_gbyte``,
         ``leaves`` with their ``oversubscription``, the ``efficiency`` a transfer reaches, relays'
-        ``chunk_bytes`` and a fixed ``setup_s``; ``convert``, the sources' packing, required
-        when the plan quantises: ``scales_gbyte`` and ``quantize_gbyte``, one thread's GB/s of
-        source-dtype input (required when the plan quantises), ``copy_gbyte``, one thread's GB/s
-        of buffer bytes copied for the tensors not quantised (without it copies are free), the
-        ``threads`` a host packs on at once and whether sending ``overlaps`` it; the
+        ``chunk_bytes`` and a fixed ``setup_s``; ``convert``, the sources' packing:
+        ``scales_gbyte`` and ``quantize_gbyte``, one thread's GB/s of source-dtype input
+        (required when the plan quantises), ``copy_gbyte``, one thread's GB/s of buffer bytes
+        copied for the tensors not quantised (without it copies are free), the ``threads`` a
+        host packs on at once and whether sending ``overlaps`` it; the
         sync's ``admission`` limits, ``receivers`` and ``bytes`` per source link; and ``cpu``,
         the hosts' work per byte moved: ``transfer_gbyte`` of NIC bytes one core carries, both
         ends together, the ``cores`` free for it per host, and the hosts ``shared`` by one
         machine). Returns ``floor_s`` (the busiest resource at line rate), ``seconds`` (the
         prediction), its ``links_s`` (every admission wave's), ``cpu_s`` (the busiest CPU pool,
-        ``cpu_pool``) and ``convert_s`` (packing) parts, ``waves``, the bytes read to
-        convert (``convert_bytes``) and copied (``copy_bytes``), ``bottleneck`` and its bytes, the bytes over NICs and scale-up links, and the
-        longest relay chain (``hops``). A `LayoutError` names what the fleet lacks or gets wrong."""
+        ``cpu_pool``) and ``convert_s`` (packing) parts, ``waves``, the bytes read to convert
+        (``convert_bytes``) and copied (``copy_bytes``), ``bottleneck`` and its bytes, the bytes
+        over NICs and scale-up links, and the longest relay chain (``hops``). A `LayoutError` names what the fleet lacks or gets wrong."""
         try:
             out: dict[str, Any] = json.loads(self._native.predict(json.dumps(dict(fleet))))
         except ValueError as e:
