@@ -34,6 +34,13 @@ pub struct Format {
     nan: u8,
 }
 
+impl Format {
+    /// Half the smallest subnormal, 2^-(bias + man), built from its exponent bits (no `powi`).
+    fn half_step(self) -> f32 {
+        f32::from_bits(((127 - self.bias - self.man as i32) as u32) << 23)
+    }
+}
+
 /// OCP E4M3 ("fn": finite, NaN only at all ones).
 pub const E4M3: Format = Format { man: 3, bias: 7, max: 448.0, nan: 0x7f };
 /// OCP E5M2.
@@ -48,28 +55,33 @@ pub fn format(dtype: &str) -> Option<Format> {
     }
 }
 
-/// `x` saturated to the format's range and rounded to nearest even. Branch-light: a normal
-/// result rounds by adding half an FP8 ulp (less one, plus the kept bit for ties to even) to the
-/// f32 bits and shifting; a subnormal one by adding a power of two whose f32 ulp is the FP8
-/// subnormal step, so that the float addition itself rounds to nearest even, and taking the low
-/// bits of the sum. Checked against the step-by-step form in the tests.
+/// `x` saturated to the format's range and rounded to nearest even. Branch-light, on the bits
+/// alone so that a loop of it vectorises: the magnitude's bits are clamped to the largest
+/// finite value's (a finite non-negative float orders as its bits); a normal result rounds by
+/// adding half an FP8 ulp (less one, plus the kept bit for ties to even) to the f32 bits and
+/// shifting; a subnormal one by adding a power of two whose f32 ulp is the FP8 subnormal step,
+/// so that the float addition itself rounds to nearest even, and taking the low bits of the
+/// sum. Checked against the step-by-step form in the tests.
+#[inline]
 pub fn encode(x: f32, f: Format) -> u8 {
     let bits = x.to_bits();
-    let sign = ((bits >> 31) as u8) << 7;
-    let a = x.abs().min(f.max); // NaN gives max here; it is picked out below
-    let ab = a.to_bits();
+    let sign = (bits >> 24) & 0x80;
+    let abs = bits & 0x7fff_ffff;
+    let top = f.max.to_bits();
+    let ab = if abs < top { abs } else { top }; // NaN and infinity give max here; NaN is picked out below
     // Both roundings are computed and one is selected, so that data of mixed magnitudes costs
     // no mispredicted branches. Subnormal: 2^(24 - bias - man) has the FP8 subnormal step
     // 2^(1 - bias - man) as its f32 ulp.
     let magic = ((151 - f.bias - f.man as i32) as u32) << 23;
-    let sub = (a + f32::from_bits(magic)).to_bits().wrapping_sub(magic);
+    let sub = (f32::from_bits(ab) + f32::from_bits(magic)).to_bits().wrapping_sub(magic);
     // Normal: rebias the exponent from f32's 127 to the format's, then round.
     let drop = 23 - f.man;
     let norm =
         ab.wrapping_sub(((127 - f.bias) as u32) << 23).wrapping_add((1 << (drop - 1)) - 1 + ((ab >> drop) & 1)) >> drop;
     // The smallest normal FP8 value, 2^(1 - bias), as f32 bits.
     let code = if ab < ((128 - f.bias) as u32) << 23 { sub } else { norm };
-    sign | if x.is_nan() { f.nan } else { code as u8 }
+    let code = if abs > 0x7f80_0000 { u32::from(f.nan) } else { code };
+    (sign | code) as u8
 }
 
 /// The value of an FP8 byte (for tests and dequantising).
@@ -91,7 +103,7 @@ pub fn decode(b: u8, f: Format) -> f32 {
 /// Magnitudes below which `x / s` encodes as zero: `s` times half the smallest subnormal
 /// (2^-10 for E4M3, 2^-17 for E5M2), when that product is an exact normal f32; 0 otherwise.
 fn zero_below(s: f32, f: Format) -> f32 {
-    let t = s * 2f32.powi(-(f.bias + f.man as i32));
+    let t = s * f.half_step();
     if t.is_normal() {
         t
     } else {
@@ -232,20 +244,50 @@ pub fn scales(local: &Local<'_>, scale: Scale, f: Format) -> Result<Vec<f32>, Qu
             ((gr[1] - gr[0]) as usize, (gc[1] - gc[0]) as usize, local.origin[n - 2], local.origin[n - 1], gr, gc)
         }
     };
-    let mut amax = vec![0f32; nr * nc];
+    // The largest finite magnitude of each group, as f32 bits (which order as the values do).
+    let mut amax = vec![0u32; nr * nc];
     let mut row = vec![0f32; cols];
     for (k, start) in (0..total).step_by(cols.max(1)).enumerate() {
         load_run(local.bytes, local.dtype, start, &mut row);
-        let g0 = if scale == Scale::Block { ((r0 + (k % rows) as u64) / BLOCK - gr[0]) as usize * nc } else { 0 };
-        for (c, v) in row.iter().enumerate() {
-            let g = if scale == Scale::Block { g0 + ((c0 + c as u64) / BLOCK - gc[0]) as usize } else { 0 };
-            let v = v.abs();
-            if v.is_finite() && v > amax[g] {
-                amax[g] = v;
-            }
+        if scale == Scale::Tensor {
+            amax[0] = amax[0].max(finite_amax(&row));
+            continue;
+        }
+        let g0 = ((r0 + (k % rows) as u64) / BLOCK - gr[0]) as usize * nc;
+        // One span of the row per block of columns.
+        let mut c = 0usize;
+        while c < cols {
+            let col = c0 + c as u64;
+            let end = (((col / BLOCK + 1) * BLOCK - c0) as usize).min(cols);
+            let g = &mut amax[g0 + (col / BLOCK - gc[0]) as usize];
+            *g = (*g).max(finite_amax(&row[c..end]));
+            c = end;
         }
     }
-    Ok(amax.into_iter().map(|a| scale_for(a, f)).collect())
+    Ok(amax.into_iter().map(|a| scale_for(f32::from_bits(a), f)).collect())
+}
+
+/// The largest finite magnitude in `run`, as f32 bits (0 when there is none). Eight lanes of
+/// running maxima, so that the loop vectorises (NaN and infinity count as 0).
+fn finite_amax(run: &[f32]) -> u32 {
+    let lane = |v: f32| {
+        let a = (v.to_bits() & 0x7fff_ffff) as i32;
+        if a < 0x7f80_0000 {
+            a
+        } else {
+            0
+        }
+    };
+    let mut acc = [0i32; 8];
+    let mut chunks = run.chunks_exact(8);
+    for c in &mut chunks {
+        for (m, &v) in acc.iter_mut().zip(c) {
+            let a = lane(v);
+            *m = if a > *m { a } else { *m };
+        }
+    }
+    let rest = chunks.remainder().iter().map(|&v| lane(v));
+    acc.into_iter().chain(rest).max().unwrap_or(0) as u32
 }
 
 /// Writes the piece `boxed` (global coordinates, inside `local`) quantised with `grid` (the
@@ -414,6 +456,46 @@ mod tests {
                 bits = next;
             }
         }
+    }
+
+    #[test]
+    fn each_formats_half_step_is_half_its_smallest_subnormal() {
+        for f in [E4M3, E5M2] {
+            assert_eq!(f.half_step(), 2f32.powi(-(f.bias + f.man as i32)));
+            assert_eq!(decode(1, f), 2.0 * f.half_step());
+        }
+    }
+
+    #[test]
+    fn scales_are_each_groups_largest_finite_magnitude() {
+        // 259 columns (a last block 3 wide, rows not a multiple of the eight lanes), with the
+        // largest magnitudes, NaN and infinities planted where the lanes' tails and the blocks'
+        // edges fall; against one element at a time.
+        let (rows, cols) = (130usize, 259usize);
+        let mut x: Vec<f32> = (0..rows * cols).map(|i| ((i * 2_654_435_761) % 1000) as f32 * 0.01 - 5.0).collect();
+        for (i, v) in [(258, -900.0), (128 * cols + 257, 77.0), (3, f32::NAN), (5 * cols + 200, f32::INFINITY)] {
+            x[i] = v;
+        }
+        x[129 * cols..130 * cols].fill(f32::NEG_INFINITY); // a row with nothing finite
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let shape = [rows as u64, cols as u64];
+        let local = Local { bytes: &bytes, dtype: "f32", shape: &shape, origin: &[256, 0] };
+        let want = |scale: Scale| {
+            let group = |r: usize, c: usize| if scale == Scale::Block { (r / 128) * 3 + c / 128 } else { 0 };
+            let mut amax = vec![0f32; if scale == Scale::Block { 6 } else { 1 }];
+            for (i, v) in x.iter().enumerate() {
+                let g = group(i / cols, i % cols);
+                if v.is_finite() && v.abs() > amax[g] {
+                    amax[g] = v.abs();
+                }
+            }
+            amax.into_iter().map(|a| scale_for(a, E4M3)).collect::<Vec<f32>>()
+        };
+        for scale in [Scale::Tensor, Scale::Block] {
+            assert_eq!(scales(&local, scale, E4M3).unwrap(), want(scale), "{scale:?}");
+        }
+        assert_eq!(scales(&local, Scale::Block, E4M3).unwrap()[2], 900.0 / 448.0);
+        assert_eq!(scales(&local, Scale::Block, E4M3).unwrap()[5], 77.0 / 448.0);
     }
 
     #[test]
