@@ -296,6 +296,10 @@ fn check(p: &Plan) -> Result<(), Error> {
     if !ok {
         return Err(bad("an index out of range"));
     }
+    // `choices_valid` searches each holder list: in rank order, each rank once, as `plan` makes them.
+    if !p.holders.iter().all(|h| h.windows(2).all(|w| w[0] < w[1])) {
+        return Err(bad("source ranks out of order"));
+    }
     // Each instance's groups must exist and name holder groups then class sets.
     let mut g = 0usize;
     for &id in &p.inst {
@@ -311,4 +315,24 @@ fn check(p: &Plan) -> Result<(), Error> {
         g += ns + nd;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Layout, RankSpec, TensorSpec};
+
+    #[test]
+    fn holders_out_of_rank_order_are_refused() {
+        // Two source ranks hold the whole tensor: its one box has two holders.
+        let rank = |host: &str| RankSpec { host: host.into(), slices: [("w".to_string(), vec![[0, 8], [0, 8]])].into() };
+        let layout = |ranks| Layout { tensors: vec![TensorSpec::new("w", &[8, 8], "bf16")], ranks };
+        let (src, dst) = (layout(vec![rank("a"), rank("b")]), layout(vec![rank("c")]));
+        let mut plan = crate::plan(&src, &dst).unwrap();
+        assert!(decode(&encode(&plan, "t")).is_ok());
+        let h = plan.holders.iter().position(|h| h.len() > 1).expect("a box with two holders");
+        plan.holders[h].reverse();
+        let err = decode(&encode(&plan, "t")).unwrap_err().to_string();
+        assert!(err.contains("source ranks out of order"), "{err}");
+    }
 }
