@@ -325,7 +325,8 @@ mod tests {
     #[test]
     fn holders_out_of_rank_order_are_refused() {
         // Two source ranks hold the whole tensor: its one box has two holders.
-        let rank = |host: &str| RankSpec { host: host.into(), slices: [("w".to_string(), vec![[0, 8], [0, 8]])].into() };
+        let rank =
+            |host: &str| RankSpec { host: host.into(), slices: [("w".to_string(), vec![[0, 8], [0, 8]])].into() };
         let layout = |ranks| Layout { tensors: vec![TensorSpec::new("w", &[8, 8], "bf16")], ranks };
         let (src, dst) = (layout(vec![rank("a"), rank("b")]), layout(vec![rank("c")]));
         let mut plan = crate::plan(&src, &dst).unwrap();

@@ -69,9 +69,9 @@ pub fn encode(x: f32, f: Format) -> u8 {
     let abs = bits & 0x7fff_ffff;
     let top = f.max.to_bits();
     let ab = if abs < top { abs } else { top }; // NaN and infinity give max here; NaN is picked out below
-    // Both roundings are computed and one is selected, so that data of mixed magnitudes costs
-    // no mispredicted branches. Subnormal: 2^(24 - bias - man) has the FP8 subnormal step
-    // 2^(1 - bias - man) as its f32 ulp.
+                                                // Both roundings are computed and one is selected, so that data of mixed magnitudes costs
+                                                // no mispredicted branches. Subnormal: 2^(24 - bias - man) has the FP8 subnormal step
+                                                // 2^(1 - bias - man) as its f32 ulp.
     let magic = ((151 - f.bias - f.man as i32) as u32) << 23;
     let sub = (f32::from_bits(ab) + f32::from_bits(magic)).to_bits().wrapping_sub(magic);
     // Normal: rebias the exponent from f32's 127 to the format's, then round.
