@@ -310,8 +310,9 @@ def define_actors():
                     with self.weights() as (_, tensors):
                         waited = time.perf_counter() - t
                         int(next(iter(tensors.values())).flat[0])
-                except Exception:  # noqa: BLE001  (the receiver went away: reset() stops serving)
-                    return
+                except Exception:  # noqa: BLE001  (no receiver yet, or one being replaced: reset() stops serving)
+                    time.sleep(0.005)
+                    continue
                 self.longest, self.reads = max(self.longest, waited), self.reads + 1
                 self.waits.append(waited)
                 time.sleep(0.005)
