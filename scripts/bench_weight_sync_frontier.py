@@ -23,7 +23,7 @@ two), with the same model and layouts, fresh weights every round and every byte 
   the sources' packing before sending (FP8's conversion at one CPU thread's rates measured in
   the same run, `cargo run --release -p accel-reshard --example fp8_speed`; bf16's copies) and
   the CPU every byte over a NIC costs on this machine's cores (every node is a namespace of
-  it): both calibrated by syncs of the first 1 and 8 tensors in the same cluster
+  it): both calibrated by syncs of the first 1 and 16 tensors in the same cluster
   (`CALIBRATION`): their packing time, and their busy CPU (/proc/stat) less the machine's load
   without a sync. Within 15% of the measured warm sync is the goal;
 - the planner at frontier scale: `cargo run --release -p accel-reshard --example plan_scale` (the
@@ -72,7 +72,7 @@ def subset(layout, names: list[str]):
     return W.Layout({n: layout.tensors[n] for n in names}, ranks, layout.hosts, {n: v for n, v in layout.scales.items() if n in names})
 
 
-CALIBRATION = {"small": 1, "mid": 8}  # the fabric model's calibration syncs: how many of the tensors
+CALIBRATION = {"small": 1, "mid": 16}  # the fabric model's calibration syncs: how many of the tensors
 
 
 def part(size: int, count: int, system: str, key: str):
@@ -149,27 +149,42 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
             "nbytes": rep.nbytes, "serving_p99": max(w[2] for w in waits), "serving_max": max(w[0] for w in waits),
             "admission_wait": max(rep.admission_wait.values(), default=0.0), "failed": rep.failed, "done": max(r[0] for r in reads) - t0,
             "cpu_s": cpu_end - cpu_fresh, "pack_s": max(ray.get([a.packed_s.remote() for a in trainers])),
+            "landed_s": [x.seconds for x in rep.landed],  # each rank that switched, in rank order
         }
         print(f"  {bws.text(size)} {system} step {n}: sync {row['sync'] * 1e3:.0f} ms, pause {row['pause'] * 1e3:.1f} ms, "
               f"serving p99 {row['serving_p99'] * 1e3:.1f} ms, CPU {row['cpu_s']:.2f} s busy ({row['cpu_s'] / row['sync'] / (os.cpu_count() or 1) * 100:.0f}% of the machine), packing {row['pack_s'] * 1e3:.0f} ms", file=sys.stderr, flush=True)
         return row
 
     # The fabric model's calibration: syncs of the first tensors of the 32 (the same actors,
-    # calls and checks), `COLD` cold rounds and `CALIBRATION_WARM` warm ones each (medians), after the load
-    # the machine carries without a sync (the whole machine's busy CPU, /proc/stat).
-    c0, t0 = bws.cpu_busy(), time.perf_counter()
-    time.sleep(QUIET_S)
-    res["quiet_cores"] = (bws.cpu_busy() - c0) / (time.perf_counter() - t0)
-    for key in CALIBRATION:
-        p = part(size, count, system, key)
-        setup(p)
-        rows = [step(1000 * CALIBRATION[key] + i, workers) for i in range(CALIBRATION_WARM + COLD)][COLD:]
-        res[key] = {k: statistics.median(r[k] for r in rows) for k in ("sync", "cpu_s", "pack_s")}
+    # calls and checks), `COLD` cold rounds and `CALIBRATION_WARM` warm ones each, after the load
+    # the machine carries without a sync (the whole machine's busy CPU, /proc/stat); once before
+    # the measured rounds and once after them, so that a load that other tenants of the machine
+    # add or take away during the run weighs on both sides (medians over the two). The serving
+    # reads run from the first calibration on, as in the measured syncs: they take a share of
+    # the cores the sources pack on (FP8's warm packing at 512 MiB, in one pair of runs,
+    # was 864 ms without them and 1003 ms with them).
+    calibrated: dict = {key: [] for key in CALIBRATION}
+    quiet: list = []
+
+    def calibrate(phase: int) -> None:
+        nonlocal p
+        for j, key in enumerate(CALIBRATION):
+            p = part(size, count, system, key)
+            setup(p)
+            if j == 0:
+                if phase == 0:
+                    ray.get([w.serve.remote() for w in workers])
+                c0, t0 = bws.cpu_busy(), time.perf_counter()
+                time.sleep(QUIET_S)
+                quiet.append((bws.cpu_busy() - c0) / (time.perf_counter() - t0))
+            rows = [step(1000 * CALIBRATION[key] + 100 * phase + i, workers) for i in range(CALIBRATION_WARM + COLD)]
+            calibrated[key].append(rows[COLD:])
+
+    calibrate(0)
     p = W.plan(src, dst)
     setup(p)
     res["plan"] = {"bytes": p.bytes, "links": p.links, "seconds": p.seconds}
-    ray.get([w.serve.remote() for w in workers])
-    res["cold"] = COLD
+    res["cold"], res["calibration_tensors"] = COLD, CALIBRATION
     for i in range(iters + COLD):
         res["rows"].append(step(i + 1, workers))
     if system == "bf16":
@@ -185,8 +200,14 @@ def role_driver(size: int, system: str, count: int, iters: int) -> None:
         with_joiner = step(iters + COLD + 1, fleet)
         threading.Timer(0.5, ray.kill, args=(joiner,)).start()
         killed = step(iters + COLD + 2, fleet, deadline=3 * median)
-        res["elastic"] = {"median": median, "join_s": join_s, "catch_up": catch_up, "with_joiner": with_joiner["sync"],
+        res["elastic"] = {"median": median, "join_s": join_s, "catch_up": catch_up, "with_joiner": with_joiner["sync"], "rank": rank,
+                          "landed_before": res["rows"][-1]["landed_s"], "landed_with": with_joiner["landed_s"],
                           "killed": killed["sync"], "failed": killed["failed"], "deadline": 3 * median}
+    calibrate(1)
+    res["quiet_cores"], res["quiet_phases"] = statistics.mean(quiet), quiet
+    for key, phases in calibrated.items():
+        res[key] = {k: statistics.median(r[k] for rows in phases for r in rows) for k in ("sync", "cpu_s", "pack_s")}
+        res[key]["phases"] = [{k: statistics.median(r[k] for r in rows) for k in ("sync", "cpu_s", "pack_s")} for rows in phases]
     ray.get([a.reset.remote() for a in trainers] + [w.reset.remote() for w in workers])
     ray.shutdown()
     print(json.dumps(res), flush=True)
@@ -218,13 +239,13 @@ def convert_rates() -> dict:
 def prediction(size: int, count: int, system: str, rate: str, got: dict, rates: dict) -> dict:
     """The model's time for the full sync, from what the same cluster measured (`got`): the
     links at the measured goodput (wave after wave under admission); the sources' packing
-    before sending (as `Sender.publish` packs), from the calibration syncs: the eight-tensor
-    sync's packing less the one-tensor sync's against the model's packing of the difference at
+    before sending (as `Sender.publish` packs), from the calibration syncs: the larger
+    sync's packing less the smaller one's against the model's packing of the difference at
     one thread's rates, which gives the share of a thread each trainer packs on (FP8, at
     `fp8_speed`'s rates) or the rate a trainer copies at (bf16); the CPU every byte moved
-    costs, from the same syncs: the eight-tensor sync's busy CPU less the one-tensor sync's and
+    costs, from the same syncs: the larger sync's busy CPU less the smaller one's and
     less the quiet load over the difference in time, over the difference in bytes over NICs,
-    on the cores the quiet load leaves; plus the fixed cost the one-tensor sync shows beyond
+    on the cores the quiet load leaves; plus the fixed cost the smaller sync shows beyond
     the model's time for it."""
     from accel import weights as W
 
@@ -293,11 +314,28 @@ def pack_text(convert: dict | None) -> str:
     return f", packing on {convert['threads']:.2f} of a thread"
 
 
+def landing_text(e: dict) -> str:
+    """Where the step with the joiner spent its time: each rank's landing (`Landed.seconds`)
+    then and in the warm step before it (runs saved before these were recorded have none)."""
+    if "landed_with" not in e:
+        return ""
+    w, b, j = e["landed_with"], e["landed_before"], e["rank"]
+    ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
+    others = lambda xs: ms(statistics.median(xs[1:j] + xs[j + 1 :]))  # noqa: E731
+    return (f"; each rank's landing in that step: the joiner {ms(w[j])}, rank 0 {ms(w[0])}, the other ranks' median {others(w)}; "
+            f"in the warm step before it: rank 0 {ms(b[0])}, the others' median {others(b)}")
+
+
 def cpu_text(res: dict, sizes: list) -> str:
     """The calibrated CPU and packing of each run: quiet cores, GB/s of NIC bytes a core
     carries, and the packing's rate."""
+    def drift(r: dict) -> str:
+        phases = r["mid"].get("phases", [])
+        packed = " then ".join(f"{x['pack_s'] * 1e3:.0f}" for x in phases)
+        return f" (the larger sync packed in {packed} ms, before then after)" if len(phases) > 1 else ""
+
     got = [f"{bws.text(size)} {s} {r['prediction']['cpu']['transfer_gbyte']:.3f} GB/s a core, {r['quiet_cores']:.2f} cores quiet"
-           + pack_text(r["prediction"].get("convert"))
+           + pack_text(r["prediction"].get("convert")) + drift(r)
            for size in sizes for s, r in res[str(size)].items() if "cpu" in r.get("prediction", {})]
     return f" Calibrated per run: {'; '.join(got)}." if got else ""
 
@@ -307,6 +345,8 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
     ms = lambda x: f"{x * 1e3:.0f} ms"  # noqa: E731
     med = lambda rows, k: statistics.median([r[k] for r in rows])  # noqa: E731
     r8 = bb.rate_bytes(rate)
+    first = next(iter(next(iter(res.values())).values()))
+    cal = first.get("calibration_tensors", {"small": 1, "mid": 8})  # runs saved before it was recorded used 1 and 8
     lines = [
         f"{platform.machine()} with {os.cpu_count()} CPUs, Linux {platform.release()}, Ray {importlib.metadata.version('ray')}, "
         f"{when}; load average "
@@ -316,13 +356,16 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
         f"link shaped to {rate}; {iters} warm rounds (medians) after two cold ones (the first round with the full plan makes the sources' buffers and first touches them and the receivers' staging; the second is kept out of the medians too, as it was the first touch of every target rank's second buffer set until the receivers touched both sets when made). Sync: from the fresh weights written to every "
         "rank switched. Floor: the busiest link's bytes at the shaped rate (FP8's own: its bytes are half). Model: "
         "`Plan.predict` with the goodput one TCP stream reached over a shaped link in the same cluster (efficiency); "
-        "calibrated in the same cluster by syncs of the first 1 and 8 of the 32 tensors (two cold and five warm rounds "
-        "each, medians) after 2 s of the machine's load without a sync (the quiet cores): a fixed cost per step, the "
-        "one-tensor sync less the model's time for it (the setup column), and the CPU every byte over a NIC costs, the "
-        "eight-tensor sync's busy CPU less the one-tensor sync's and less the quiet load over the difference in time, over "
+        f"calibrated in the same cluster by syncs of the first {cal['small']} and {cal['mid']} of the {count} tensors (two cold and five warm rounds "
+        + ("each, before the measured rounds and again after them, medians over both, so that load other tenants add "
+           "during the run weighs on both sides; " if "phases" in first.get("mid", {}) else "each, medians; ")
+        + "the serving reads run on every rank from the first, as in the measured syncs) after 2 s of the "
+        "machine's load without a sync, serving reads included (the quiet cores): a fixed cost per step, the "
+        "smaller sync less the model's time for it (the setup column), and the CPU every byte over a NIC costs, the "
+        "larger sync's busy CPU less the smaller one's and less the quiet load over the difference in time, over "
         "the difference in NIC bytes (FP8's includes its conversion), on the cores the quiet load leaves, all nodes one "
         "machine (the CPU column: that work at those cores); and the sources' packing before sending (`Sender.publish` "
-        "packs every buffer before the first byte leaves), the eight-tensor sync's packing less the one-tensor sync's "
+        "packs every buffer before the first byte leaves), the larger sync's packing less the smaller one's "
         "against the model's packing of the difference at one thread's rates: FP8's conversion at the rates `fp8_speed` "
         "measured in the same run, on the share of a thread this gives each trainer; bf16's copies at the rate it gives "
         "(the packing column); under admission, the ranks admitted in waves, each wave's links replayed alone (the waves "
@@ -380,8 +423,8 @@ def render(res: dict, scale: dict, sizes: list, rate: str, iters: int, count: in
                 f"step, {ms(e['median'])}: **{'met' if e['join_s'] <= e['median'] else 'NOT met'}**); the next step with it took "
                 f"{ms(e['with_joiner'])} against a median of {ms(e['median'])} and a slowest warm round of {ms(slowest)} (goal: nothing "
                 f"for the others, read as no slower than the slowest warm round: **{'met' if e['with_joiner'] <= slowest else 'NOT met'}**; "
-                "the joiner reads on rank 0's node, whose downlink the plan relays it through, so the links carry no more bytes and "
-                "the difference is not link bytes: most likely the joiner's receive and relay on the shared cores). Killed 0.5 s into a step with a deadline of "
+                "the joiner reads on rank 0's node, whose downlink the plan relays it through, so the links carry no more bytes"
+                f"{landing_text(e)}). Killed 0.5 s into a step with a deadline of "
                 f"{ms(e['deadline'])}: "
                 f"the others switched after {ms(e['killed'])} (goal: at most the deadline: "
                 f"**{'met' if e['killed'] <= e['deadline'] else 'NOT met'}**), failed {e['failed']}.")
