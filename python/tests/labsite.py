@@ -10,10 +10,8 @@ import asyncio
 import http.client
 import os
 import pathlib
-import shutil
 import ssl
 import subprocess
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -96,50 +94,32 @@ async def browse(base: str, visit: Callable[[Any, Callable[[str], Awaitable[None
     """Opens headless chromium, hands `visit(devtools, load)` the page, returns its facts with
     the page's errors under `errors`."""
     import aiohttp
-    from test_agent_browser import CHROMIUM_FLAGS, DevTools
+    from test_agent_browser import DevTools, chromium_devtools
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "Debian's chromium is needed (scripts/test.sh installs it)"
-    with tempfile.TemporaryDirectory(prefix="accel-chromium-") as profile_dir:
-        profile = pathlib.Path(profile_dir)
-        proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            port_file = profile / "DevToolsActivePort"
-            deadline = time.monotonic() + 60
-            while not port_file.exists() or not port_file.read_text().strip():
-                assert proc.poll() is None and time.monotonic() < deadline, "chromium did not open its DevTools port"
-                await asyncio.sleep(0.2)
-            port = int(port_file.read_text().split()[0])
-            async with aiohttp.ClientSession() as http_session:
-                async with http_session.get(f"http://127.0.0.1:{port}/json/list") as r:
-                    page = next(t for t in await r.json() if t["type"] == "page")
-                async with http_session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=64 << 20) as ws:
-                    dt = DevTools(ws)
-                    for domain in ("Runtime", "Log", "Page"):
-                        await dt.call(f"{domain}.enable")
+    async with chromium_devtools() as port:
+        async with aiohttp.ClientSession() as http_session:
+            async with http_session.get(f"http://127.0.0.1:{port}/json/list") as r:
+                page = next(t for t in await r.json() if t["type"] == "page")
+            async with http_session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=64 << 20) as ws:
+                dt = DevTools(ws)
+                for domain in ("Runtime", "Log", "Page"):
+                    await dt.call(f"{domain}.enable")
 
-                    async def load(url: str) -> None:
-                        await dt.call("Page.navigate", url=url if url.startswith("http") else base + url)
-                        await settle()
+                async def load(url: str) -> None:
+                    await dt.call("Page.navigate", url=url if url.startswith("http") else base + url)
+                    await settle()
 
-                    async def settle() -> None:
-                        deadline = time.monotonic() + 30
-                        await asyncio.sleep(0.3)
-                        while await dt.evaluate("document.readyState") != "complete":
-                            assert time.monotonic() < deadline, "the page never loaded"
-                            await asyncio.sleep(0.1)
+                async def settle() -> None:
+                    deadline = time.monotonic() + 30
+                    await asyncio.sleep(0.3)
+                    while await dt.evaluate("document.readyState") != "complete":
+                        assert time.monotonic() < deadline, "the page never loaded"
+                        await asyncio.sleep(0.1)
 
-                    dt.settle = settle
-                    facts = await visit(dt, load)
-                    facts["errors"] = dt.errors()
-                    return facts
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+                dt.settle = settle
+                facts = await visit(dt, load)
+                facts["errors"] = dt.errors()
+                return facts
 
 
 async def sign_in(dt: Any, load: Callable[[str], Awaitable[None]], token: str) -> None:

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -171,13 +174,20 @@ class DevTools:
         return out
 
 
-async def _drive(url: str, profile: pathlib.Path, screenshot: pathlib.Path, make_stale: Any = None) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def chromium_devtools() -> AsyncIterator[int]:
+    """Debian's headless chromium on a fresh profile, in its own process group: yields its
+    DevTools port. On the way out the whole group is stopped, not only the browser: its helper
+    processes write into the profile until they exit, and a profile removed while they do
+    fails with "Directory not empty"."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium is needed (scripts/test.sh installs it)"
+    profile = pathlib.Path(tempfile.mkdtemp(prefix="accel-chromium-"))
     proc = subprocess.Popen(
         [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         port_file = profile / "DevToolsActivePort"
@@ -186,7 +196,42 @@ async def _drive(url: str, profile: pathlib.Path, screenshot: pathlib.Path, make
             assert proc.poll() is None, "chromium exited"
             assert time.monotonic() < deadline, "chromium did not open its DevTools port"
             await asyncio.sleep(0.2)
-        port = int(port_file.read_text().split()[0])
+        yield int(port_file.read_text().split()[0])
+    finally:
+        _stop_group(proc)
+        for attempt in range(50):  # a helper that was exiting may still flush a file
+            try:
+                shutil.rmtree(profile)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the browser's process group, SIGKILL after 10 s; waits until no member is
+    left (at most 10 s more)."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, so that the group's lookup sees only live members
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    proc.wait(timeout=10)
+
+
+async def _drive(url: str, screenshot: pathlib.Path, make_stale: Any = None) -> dict[str, Any]:
+    async with chromium_devtools() as port:
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
                 targets = await r.json()
@@ -238,34 +283,27 @@ async def _drive(url: str, profile: pathlib.Path, screenshot: pathlib.Path, make
                     )
                 facts["errors"] = dt.errors()
                 return facts
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_dashboard_in_chromium_shows_topology_metrics_and_placement(served, tmp_path):
     # The docs' screenshot is refreshed only on request, so a test run leaves the tree clean.
     update = os.environ.get("UPDATE_EXPECT") == "1"
     screenshot = REPO / "docs" / "img" / "dashboard.png" if update else tmp_path / "dashboard.png"
-    with tempfile.TemporaryDirectory(prefix="accel-chromium-") as profile:
-        cluster_file = served["cluster_file"]
-        fresh = cluster_file.read_text()
+    cluster_file = served["cluster_file"]
+    fresh = cluster_file.read_text()
 
-        def make_stale() -> None:
-            doc = json.loads(fresh)
-            doc["updated_at"] = time.time() - 300
-            # And a device whose health went bad: the page marks it with its reason.
-            mi = next(n for n in doc["nodes"] if n["name"] == "mi300x")
-            mi["machine"]["accelerators"][2]["health"] = {"state": "unhealthy", "reasons": ["XID 79"]}
-            _agent.write_json_atomic(str(cluster_file), doc)
+    def make_stale() -> None:
+        doc = json.loads(fresh)
+        doc["updated_at"] = time.time() - 300
+        # And a device whose health went bad: the page marks it with its reason.
+        mi = next(n for n in doc["nodes"] if n["name"] == "mi300x")
+        mi["machine"]["accelerators"][2]["health"] = {"state": "unhealthy", "reasons": ["XID 79"]}
+        _agent.write_json_atomic(str(cluster_file), doc)
 
-        try:
-            facts = asyncio.run(_drive(served["url"] + "/", pathlib.Path(profile), screenshot, make_stale))
-        finally:
-            cluster_file.write_text(fresh)
+    try:
+        facts = asyncio.run(_drive(served["url"] + "/", screenshot, make_stale))
+    finally:
+        cluster_file.write_text(fresh)
     assert facts["errors"] == [], facts["errors"]
     assert facts["status"] == "status", facts
     assert facts["status_text"].startswith("updated, ") and "s old" in facts["status_text"], facts["status_text"]
@@ -296,8 +334,7 @@ def test_a_removed_placement_group_leaves_the_page_at_the_next_refresh(served, t
     _agent.run_sidecar(head, served["urls"][head], cluster_file=str(served["cluster_file"]), once=True, interval_s=60)
     doc = json.loads(served["cluster_file"].read_text())
     assert [p["name"] for p in doc["placement_groups"]] == [], doc["placement_groups"]
-    with tempfile.TemporaryDirectory(prefix="accel-chromium-") as profile:
-        facts = asyncio.run(_drive(served["url"] + "/", pathlib.Path(profile), tmp_path / "after.png"))
+    facts = asyncio.run(_drive(served["url"] + "/", tmp_path / "after.png"))
     assert facts["errors"] == [], facts["errors"]
     assert facts["held"] == [] and facts["pgLabels"] == [], facts
     assert facts["pgRows"] == [] and "0 placement groups" in facts["summary"], facts
